@@ -1,0 +1,91 @@
+package heap
+
+// The layout of a segment. Every PE's segment has the same layout, so a
+// reserved word has the same offset on every PE, like any symmetric
+// object. docs/shared-memory.md holds the normative version of this table.
+//
+// All words are little-endian (the byte order of the hosts goshmem
+// runs on), written and read with the atomic helpers of atomic.go.
+//
+//	offset            width   meaning
+//	0                 8       magic "GOSHMEM1" (HeaderMagic), written by the owner at creation
+//	8                 4       layout version (LayoutVersion)
+//	12                4       owner's rank in the job
+//	16                8       segment size in bytes
+//	24                8       HeapBase: where the user heap starts
+//	32                4       owner's process id
+//	36                28      zero
+//	WakeOff  = 64     4       futex word: bumped by a writer that sees sleepers
+//	SleepOff = 128    4       number of the owner's goroutines asleep on WakeOff
+//	AgreeOff = 192    64      collective-call descriptor checked under SHMEM_DEBUG
+//	256               3840    zero (room for later runtime words)
+//	TeamsOff = 4096   MaxTeams * TeamSlotSize: team slots, see below
+//	HeapBase          heap    the symmetric heap managed by the Allocator
+//
+// A team slot (TeamSlotSize bytes, at TeamsOff + slot*TeamSlotSize):
+//
+//	offset            width   meaning
+//	0                 32*64   dissemination-barrier flags: round r's 8-byte
+//	                          word at r*64, written only by the member that
+//	                          signals this member in round r (it stores the
+//	                          barrier epoch; waits are for flag >= epoch)
+//	TeamScratchOff    512     split/agreement scratch: the member's call
+//	                          descriptor and its free-slot bitmap
+//	2560              1536    zero
+const (
+	HeaderMagic   = 0x314D454D48534F47 // "GOSHMEM1" read as a little-endian uint64
+	LayoutVersion = 1
+
+	HdrMagicOff   = 0
+	HdrVersionOff = 8
+	HdrRankOff    = 12
+	HdrSizeOff    = 16
+	HdrHeapOff    = 24
+	HdrPidOff     = 32
+
+	WakeOff  = 64
+	SleepOff = 128
+	AgreeOff = 192
+
+	TeamsOff       = 4096
+	MaxTeams       = 1024 // live team slots per PE, including the world and shared teams
+	TeamSlotSize   = 4096
+	MaxRounds      = 32 // dissemination rounds: teams of up to 2^32 PEs
+	FlagStride     = 64
+	TeamScratchOff = MaxRounds * FlagStride // 2048
+	TeamScratchLen = 512
+
+	// HeapBase is where the user heap starts: after the team slots, on a
+	// 64 KiB boundary.
+	HeapBase = (TeamsOff + MaxTeams*TeamSlotSize + 0xFFFF) &^ 0xFFFF
+)
+
+// TeamSlotOff is the offset of team slot i.
+func TeamSlotOff(i int) uint64 { return TeamsOff + uint64(i)*TeamSlotSize }
+
+// FlagOff is the offset of round r's barrier flag in team slot i.
+func FlagOff(slot, round int) uint64 { return TeamSlotOff(slot) + uint64(round)*FlagStride }
+
+// ScratchOff is the offset of team slot i's scratch area.
+func ScratchOff(slot int) uint64 { return TeamSlotOff(slot) + TeamScratchOff }
+
+// WriteHeader fills the header of a freshly created segment.
+func (s *Segment) WriteHeader(rank int, pid int) {
+	Store64(s.mem, HdrSizeOff, uint64(len(s.mem)))
+	Store64(s.mem, HdrHeapOff, HeapBase)
+	*Ptr32(s.mem, HdrVersionOff) = LayoutVersion
+	*Ptr32(s.mem, HdrRankOff) = uint32(rank)
+	*Ptr32(s.mem, HdrPidOff) = uint32(pid)
+	Store64(s.mem, HdrMagicOff, HeaderMagic) // last: a reader that sees the magic sees the rest
+}
+
+// CheckHeader verifies a peer's segment header: magic, version, rank and
+// size must be what the bootstrap table said.
+func (s *Segment) CheckHeader(rank int) bool {
+	return len(s.mem) > HeapBase &&
+		Load64(s.mem, HdrMagicOff) == HeaderMagic &&
+		*Ptr32(s.mem, HdrVersionOff) == LayoutVersion &&
+		*Ptr32(s.mem, HdrRankOff) == uint32(rank) &&
+		Load64(s.mem, HdrSizeOff) == uint64(len(s.mem)) &&
+		Load64(s.mem, HdrHeapOff) == HeapBase
+}

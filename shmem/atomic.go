@@ -1,0 +1,153 @@
+package shmem
+
+import (
+	"fmt"
+
+	"github.com/goshmem/goshmem/heap"
+)
+
+// AtomicElem is the set of element types the atomic operations take.
+type AtomicElem interface {
+	~int32 | ~int64 | ~int | ~uint32 | ~uint64 | ~uint
+}
+
+// amo applies op to element i of s on target and returns the old value.
+// Over shared memory it is a hardware atomic on the mapped word; the
+// netmesh reader applies remote requests with the same helpers, so both
+// paths are coherent on one word.
+func amo[T AtomicElem](s Sym[T], i int, op heap.AtomicOp, v, cond T, target int) (T, error) {
+	_, p, off, err := s.span(i, 1, target)
+	if err != nil {
+		var z T
+		return z, err
+	}
+	old := heap.AtomicAt(p.mem, off, sizeOf[T](), op, toBits(v), toBits(cond))
+	if op != heap.OpFetch {
+		notifyAtomic(p)
+	}
+	return fromBits[T](old), nil
+}
+
+// AtomicFetch atomically reads element i of s on target.
+func AtomicFetch[T AtomicElem](s Sym[T], i, target int) (T, error) {
+	return amo(s, i, heap.OpFetch, 0, 0, target)
+}
+
+// AtomicSet atomically stores v into element i of s on target.
+func AtomicSet[T AtomicElem](s Sym[T], i int, v T, target int) error {
+	_, err := amo(s, i, heap.OpSet, v, 0, target)
+	return err
+}
+
+// AtomicSwap atomically stores v and returns the old value.
+func AtomicSwap[T AtomicElem](s Sym[T], i int, v T, target int) (T, error) {
+	return amo(s, i, heap.OpSwap, v, 0, target)
+}
+
+// AtomicCompareSwap stores v if the element equals cond, and returns the
+// old value either way (the swap happened iff it equals cond).
+func AtomicCompareSwap[T AtomicElem](s Sym[T], i int, cond, v T, target int) (T, error) {
+	return amo(s, i, heap.OpCSwap, v, cond, target)
+}
+
+// AtomicFetchAdd adds v and returns the old value.
+func AtomicFetchAdd[T AtomicElem](s Sym[T], i int, v T, target int) (T, error) {
+	return amo(s, i, heap.OpFetchAdd, v, 0, target)
+}
+
+// AtomicAdd adds v.
+func AtomicAdd[T AtomicElem](s Sym[T], i int, v T, target int) error {
+	_, err := amo(s, i, heap.OpFetchAdd, v, 0, target)
+	return err
+}
+
+// AtomicFetchInc adds one and returns the old value.
+func AtomicFetchInc[T AtomicElem](s Sym[T], i, target int) (T, error) {
+	return amo(s, i, heap.OpFetchAdd, 1, 0, target)
+}
+
+// AtomicInc adds one.
+func AtomicInc[T AtomicElem](s Sym[T], i, target int) error {
+	_, err := amo(s, i, heap.OpFetchAdd, 1, 0, target)
+	return err
+}
+
+// AtomicFetchAnd ands v in and returns the old value.
+func AtomicFetchAnd[T AtomicElem](s Sym[T], i int, v T, target int) (T, error) {
+	return amo(s, i, heap.OpFetchAnd, v, 0, target)
+}
+
+// AtomicAnd ands v in.
+func AtomicAnd[T AtomicElem](s Sym[T], i int, v T, target int) error {
+	_, err := amo(s, i, heap.OpFetchAnd, v, 0, target)
+	return err
+}
+
+// AtomicFetchOr ors v in and returns the old value.
+func AtomicFetchOr[T AtomicElem](s Sym[T], i int, v T, target int) (T, error) {
+	return amo(s, i, heap.OpFetchOr, v, 0, target)
+}
+
+// AtomicOr ors v in.
+func AtomicOr[T AtomicElem](s Sym[T], i int, v T, target int) error {
+	_, err := amo(s, i, heap.OpFetchOr, v, 0, target)
+	return err
+}
+
+// AtomicFetchXor xors v in and returns the old value.
+func AtomicFetchXor[T AtomicElem](s Sym[T], i int, v T, target int) (T, error) {
+	return amo(s, i, heap.OpFetchXor, v, 0, target)
+}
+
+// AtomicXor xors v in.
+func AtomicXor[T AtomicElem](s Sym[T], i int, v T, target int) error {
+	_, err := amo(s, i, heap.OpFetchXor, v, 0, target)
+	return err
+}
+
+// The non-blocking fetching atomics: *dst holds the old value after the
+// next Quiet of s's context (over shared memory, already on return).
+
+func amoNBI[T AtomicElem](dst *T, s Sym[T], i int, op heap.AtomicOp, v, cond T, target int) error {
+	if dst == nil {
+		return fmt.Errorf("shmem: non-blocking atomic with a nil destination: %w", ErrInvalid)
+	}
+	old, err := amo(s, i, op, v, cond, target)
+	if err != nil {
+		return err
+	}
+	*dst = old
+	return nil
+}
+
+func AtomicFetchNBI[T AtomicElem](dst *T, s Sym[T], i, target int) error {
+	return amoNBI(dst, s, i, heap.OpFetch, 0, 0, target)
+}
+
+func AtomicSwapNBI[T AtomicElem](dst *T, s Sym[T], i int, v T, target int) error {
+	return amoNBI(dst, s, i, heap.OpSwap, v, 0, target)
+}
+
+func AtomicCompareSwapNBI[T AtomicElem](dst *T, s Sym[T], i int, cond, v T, target int) error {
+	return amoNBI(dst, s, i, heap.OpCSwap, v, cond, target)
+}
+
+func AtomicFetchAddNBI[T AtomicElem](dst *T, s Sym[T], i int, v T, target int) error {
+	return amoNBI(dst, s, i, heap.OpFetchAdd, v, 0, target)
+}
+
+func AtomicFetchIncNBI[T AtomicElem](dst *T, s Sym[T], i, target int) error {
+	return amoNBI(dst, s, i, heap.OpFetchAdd, 1, 0, target)
+}
+
+func AtomicFetchAndNBI[T AtomicElem](dst *T, s Sym[T], i int, v T, target int) error {
+	return amoNBI(dst, s, i, heap.OpFetchAnd, v, 0, target)
+}
+
+func AtomicFetchOrNBI[T AtomicElem](dst *T, s Sym[T], i int, v T, target int) error {
+	return amoNBI(dst, s, i, heap.OpFetchOr, v, 0, target)
+}
+
+func AtomicFetchXorNBI[T AtomicElem](dst *T, s Sym[T], i int, v T, target int) error {
+	return amoNBI(dst, s, i, heap.OpFetchXor, v, 0, target)
+}

@@ -1,0 +1,122 @@
+package shmem
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goshmem/goshmem/heap"
+	"github.com/goshmem/goshmem/internal/errs"
+)
+
+// Config is a PE's configuration. Init and Run read it from the
+// environment (docs/env.md lists every variable) and then apply the
+// options, which win over the environment.
+type Config struct {
+	// HeapSize is the symmetric heap's size in bytes, per PE
+	// (SHMEM_SYMMETRIC_SIZE). Default DefaultHeapSize.
+	HeapSize uint64
+	// Timeout bounds every wait on other PEs: barriers, WaitUntil, locks,
+	// bootstrap (GOSHMEM_TIMEOUT). Default DefaultTimeout.
+	Timeout time.Duration
+	// Hosts gives Run's PEs pretend host names, one per PE: PEs with
+	// different names do not map each other's heaps.
+	Hosts []string
+	// Debug enables extra checks, such as agreement of all PEs on every
+	// collective allocation (SHMEM_DEBUG).
+	Debug bool
+	// Info makes PE 0 print the configuration at start (SHMEM_INFO).
+	Info bool
+}
+
+// Option changes a Config.
+type Option func(*Config)
+
+// Defaults.
+const (
+	DefaultHeapSize = 128 << 20
+	DefaultTimeout  = 120 * time.Second
+)
+
+// WithHeapSize sets the symmetric heap size in bytes.
+func WithHeapSize(bytes uint64) Option { return func(c *Config) { c.HeapSize = bytes } }
+
+// WithTimeout sets the bound on waits for other PEs.
+func WithTimeout(d time.Duration) Option { return func(c *Config) { c.Timeout = d } }
+
+// WithHosts gives Run's PEs pretend hosts (one name per PE).
+func WithHosts(names []string) Option {
+	return func(c *Config) { c.Hosts = append([]string(nil), names...) }
+}
+
+// WithDebug turns the SHMEM_DEBUG checks on or off.
+func WithDebug(on bool) Option { return func(c *Config) { c.Debug = on } }
+
+// envTrue reads a boolean variable the way OpenSHMEM implementations do:
+// set and not "0", "false", "no" or "off" means true.
+func envTrue(name string) bool {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return false
+	}
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "0", "false", "no", "off":
+		return false
+	}
+	return true
+}
+
+// loadConfig builds the configuration from the environment and options.
+// A malformed variable is an error naming it.
+func loadConfig(opts []Option) (Config, error) {
+	c := Config{HeapSize: DefaultHeapSize, Timeout: DefaultTimeout}
+	if v := os.Getenv("SHMEM_SYMMETRIC_SIZE"); v != "" {
+		n, err := heap.ParseSize(v)
+		if err != nil {
+			return c, fmt.Errorf("shmem: SHMEM_SYMMETRIC_SIZE: %w", err)
+		}
+		c.HeapSize = n
+	}
+	if v := os.Getenv("GOSHMEM_TIMEOUT"); v != "" {
+		d, err := parseDuration(v)
+		if err != nil {
+			return c, fmt.Errorf("shmem: GOSHMEM_TIMEOUT=%q: want a duration like 30s or a number of seconds: %w", v, errs.Invalid)
+		}
+		c.Timeout = d
+	}
+	c.Debug = envTrue("SHMEM_DEBUG")
+	c.Info = envTrue("SHMEM_INFO")
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	if c.HeapSize < 1<<20 {
+		// A heap smaller than 1 MiB is always a mistake (a forgotten suffix).
+		return c, fmt.Errorf("shmem: symmetric heap of %d bytes is below the 1 MiB minimum (SHMEM_SYMMETRIC_SIZE takes K, M, G suffixes): %w", c.HeapSize, errs.Invalid)
+	}
+	if c.HeapSize > 1<<44 {
+		return c, fmt.Errorf("shmem: symmetric heap of %d bytes is above the 16 TiB maximum: %w", c.HeapSize, errs.Invalid)
+	}
+	if c.Timeout <= 0 {
+		return c, fmt.Errorf("shmem: timeout %v must be positive: %w", c.Timeout, errs.Invalid)
+	}
+	return c, nil
+}
+
+func parseDuration(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		if f <= 0 || f > 1e9 {
+			return 0, errs.Invalid
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, errs.Invalid
+	}
+	return d, nil
+}

@@ -1,0 +1,98 @@
+package shmem_test
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// A scenario is a behavioural test written once and run over every route:
+// as goroutine PEs under shmem.Run, and as separate processes launched the
+// way goshrun launches them (this test binary, re-executed). It reports a
+// failed check by returning an error, since a child process has no *testing.T.
+type scenario func(pe *shmem.PE) error
+
+// scenarios is filled by init functions of the test files and never
+// changed afterwards.
+var scenarios = map[string]scenario{}
+
+func register(name string, s scenario) scenario {
+	if _, dup := scenarios[name]; dup {
+		panic("duplicate scenario " + name)
+	}
+	scenarios[name] = s
+	return s
+}
+
+const envScenario = "GOSHMEM_TEST_SCENARIO"
+
+func TestMain(m *testing.M) {
+	if name := os.Getenv(envScenario); name != "" {
+		os.Exit(childMain(name))
+	}
+	os.Exit(m.Run())
+}
+
+// childMain runs one scenario as a launched PE.
+func childMain(name string) int {
+	s := scenarios[name]
+	if s == nil {
+		fmt.Fprintf(os.Stderr, "no scenario %q\n", name)
+		return 2
+	}
+	pe, err := shmem.Init()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "Init: %v\n", err)
+		return 3
+	}
+	if err := s(pe); err != nil {
+		fmt.Fprintf(os.Stderr, "PE %d: %v\n", pe.MyPE(), err)
+		return 1
+	}
+	if err := pe.Finalize(); err != nil {
+		fmt.Fprintf(os.Stderr, "PE %d: Finalize: %v\n", pe.MyPE(), err)
+		return 4
+	}
+	return 0
+}
+
+// route is a way of running a scenario on n PEs.
+type route struct {
+	name string
+	run  func(t *testing.T, n int, name string, s scenario) error
+}
+
+var routes = []route{
+	{"goroutines", func(t *testing.T, n int, name string, s scenario) error {
+		return shmem.Run(n, s, shmem.WithTimeout(60*time.Second), shmem.WithHeapSize(16<<20))
+	}},
+}
+
+// each runs scenario name on every route for every PE count.
+func each(t *testing.T, name string, counts ...int) {
+	s := scenarios[name]
+	if s == nil {
+		t.Fatalf("no scenario %q", name)
+	}
+	for _, r := range routes {
+		for _, n := range counts {
+			t.Run(r.name+"/"+strconv.Itoa(n), func(t *testing.T) {
+				if err := r.run(t, n, name, s); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// check turns a false condition into an error.
+func check(ok bool, format string, args ...any) error {
+	if ok {
+		return nil
+	}
+	return fmt.Errorf(format, args...)
+}

@@ -1,0 +1,125 @@
+package shmem
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/klauspost/cpuid/v2"
+)
+
+// Version is goshmem's version. The API follows OpenSHMEM 1.5 (with the
+// 1.6 PEQuiet and scans).
+const (
+	Version          = "0.1.0"
+	SpecVersionMajor = 1
+	SpecVersionMinor = 5
+	VendorString     = "goshmem"
+)
+
+// Route describes how this PE reaches one PE of the job.
+type Route struct {
+	PE   int
+	Kind string // "self", "shm" (heap mapped here) or "tcp"
+	Host string
+	Addr string // tcp: the peer's address
+}
+
+// Info describes a PE's configuration, for SHMEM_INFO and for programs.
+type Info struct {
+	Version        string
+	PE, NPEs       int
+	Host           string
+	Pid            int
+	HeapSize       uint64 // bytes per PE (SHMEM_SYMMETRIC_SIZE)
+	HeapUsed       uint64
+	HeapFree       uint64
+	LargestFree    uint64
+	Timeout        time.Duration
+	Debug          bool
+	Routes         []Route
+	CPU            string
+	CacheLine      int // the allocator's alignment, agreed by all PEs
+	Cores          int // physical cores
+	Threads        int // logical CPUs
+	GoVersion      string
+	SameHostPEs    int
+	Oversubscribed bool // more PEs on this host than logical CPUs
+}
+
+// Info reports this PE's configuration.
+func (pe *PE) Info() Info {
+	in := Info{
+		Version: Version, PE: pe.rank, NPEs: pe.npes, Host: pe.host, Pid: os.Getpid(),
+		HeapSize: pe.cfg.HeapSize, Timeout: pe.cfg.Timeout, Debug: pe.cfg.Debug,
+		CPU: cpuid.CPU.BrandName, CacheLine: pe.cacheLine,
+		Cores: cpuid.CPU.PhysicalCores, Threads: runtime.NumCPU(), GoVersion: runtime.Version(),
+	}
+	pe.allocMu.Lock()
+	in.HeapUsed, in.HeapFree, in.LargestFree = pe.alloc.Stats()
+	pe.allocMu.Unlock()
+	for r := range pe.peers {
+		p := &pe.peers[r]
+		rt := Route{PE: r, Host: p.host}
+		switch {
+		case r == pe.rank:
+			rt.Kind = "self"
+		case p.mem != nil:
+			rt.Kind = "shm"
+		default:
+			rt.Kind = "none"
+		}
+		if p.mem != nil {
+			in.SameHostPEs++
+		}
+		in.Routes = append(in.Routes, rt)
+	}
+	in.Oversubscribed = in.SameHostPEs > in.Threads
+	return in
+}
+
+// String is a readable multi-line report, as SHMEM_INFO prints it.
+func (in Info) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "goshmem %s (OpenSHMEM %d.%d API), %s\n", in.Version, SpecVersionMajor, SpecVersionMinor, in.GoVersion)
+	fmt.Fprintf(&b, "  PE %d of %d on host %q (pid %d)\n", in.PE, in.NPEs, in.Host, in.Pid)
+	fmt.Fprintf(&b, "  symmetric heap: %d bytes per PE (%d used, %d free, largest free block %d)\n",
+		in.HeapSize, in.HeapUsed, in.HeapFree, in.LargestFree)
+	fmt.Fprintf(&b, "  timeout %v, debug checks %v\n", in.Timeout, in.Debug)
+	fmt.Fprintf(&b, "  CPU: %s; %d cores, %d logical CPUs; cache line %d bytes\n", in.CPU, in.Cores, in.Threads, in.CacheLine)
+	if in.Oversubscribed {
+		fmt.Fprintf(&b, "  %d PEs share this host's %d logical CPUs: waits yield and sleep\n", in.SameHostPEs, in.Threads)
+	}
+	for _, r := range in.Routes {
+		fmt.Fprintf(&b, "  route to PE %d: %s (host %q)", r.PE, r.Kind, r.Host)
+		if r.Addr != "" {
+			fmt.Fprintf(&b, " %s", r.Addr)
+		}
+		b.WriteByte('\n')
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// hostIdentity names this machine for the same-host decision:
+// GOSHMEM_HOST when set, else the host name and the kernel's boot id
+// (two machines may share a host name; namespaces on one machine share
+// the boot id but not, in a UTS namespace, the host name).
+func hostIdentity() string {
+	if h := os.Getenv("GOSHMEM_HOST"); h != "" {
+		return h
+	}
+	name, err := os.Hostname()
+	if err != nil {
+		name = "unknown"
+	}
+	if id, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+		s := strings.TrimSpace(string(id))
+		if len(s) > 8 {
+			s = s[:8]
+		}
+		return name + "/" + s
+	}
+	return name
+}

@@ -1,0 +1,172 @@
+package shmem
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/goshmem/goshmem/heap"
+)
+
+// Locks are MCS queue locks over the symmetric lock word, so waiting PEs
+// each watch a word of their own heap and the lock passes in FIFO order.
+// The 8-byte word is used as two 4-byte halves:
+//
+//	bytes 0..3 (low half), meaningful on the lock's home PE only: the
+//	        queue's tail, as PE number + 1 (0: the lock is free)
+//	bytes 4..7 (high half), on every PE: this PE's queue node.
+//	        bits 0..30: the successor, as PE number + 1 (0: none yet)
+//	        bit 31:     granted, set by the predecessor on release
+//
+// The home PE is (offset/8) mod NPEs, the same on every PE, which spreads
+// many locks over the job. A zero word is a free lock.
+const lockGranted = 1 << 31
+
+// lockState orders this PE's goroutines on one lock word: the MCS node
+// is per PE, so only one goroutine of a PE may be queued at a time.
+type lockState struct {
+	held chan struct{} // capacity 1: full while a goroutine of this PE holds or queues for the lock
+}
+
+func (pe *PE) lockFor(off uint64) *lockState {
+	pe.locksMu.Lock()
+	defer pe.locksMu.Unlock()
+	if pe.locks == nil {
+		pe.locks = make(map[uint64]*lockState)
+	}
+	l := pe.locks[off]
+	if l == nil {
+		l = &lockState{held: make(chan struct{}, 1)}
+		pe.locks[off] = l
+	}
+	return l
+}
+
+func lockCheck(l Sym[int64]) (*PE, uint64, int, error) {
+	if err := l.check(); err != nil {
+		return nil, 0, 0, err
+	}
+	if l.n < 1 {
+		return nil, 0, 0, fmt.Errorf("shmem: lock word of %d elements: %w", l.n, ErrOutOfBounds)
+	}
+	pe := l.b.pe
+	if err := pe.alive(); err != nil {
+		return nil, 0, 0, err
+	}
+	return pe, l.off, int((l.off / 8) % uint64(pe.npes)), nil
+}
+
+func (pe *PE) myNode(off uint64) uint32 {
+	return atomic.LoadUint32(heap.Ptr32(pe.mem, off+4))
+}
+
+// SetLock acquires the lock l (a symmetric word, zero when free),
+// waiting in FIFO order behind PEs that asked first.
+func SetLock(l Sym[int64]) error {
+	pe, off, home, err := lockCheck(l)
+	if err != nil {
+		return err
+	}
+	ls := pe.lockFor(off)
+	ls.held <- struct{}{}
+	if err := pe.acquire(off, home, false); err != nil {
+		<-ls.held
+		return err
+	}
+	return nil
+}
+
+// TestLock acquires l if it is free and reports whether it did.
+func TestLock(l Sym[int64]) (bool, error) {
+	pe, off, home, err := lockCheck(l)
+	if err != nil {
+		return false, err
+	}
+	ls := pe.lockFor(off)
+	select {
+	case ls.held <- struct{}{}:
+	default:
+		return false, nil // another goroutine of this PE has it
+	}
+	if err := pe.acquire(off, home, true); err != nil {
+		<-ls.held
+		if err == errLockBusy {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+var errLockBusy = fmt.Errorf("shmem: lock busy")
+
+func (pe *PE) acquire(off uint64, home int, try bool) error {
+	me := uint64(pe.rank + 1)
+	// Reset the node before joining the queue: nobody else touches it now
+	// (the last successor was granted before our last release returned).
+	if _, err := pe.rawAtomic(pe.rank, off+4, 4, heap.OpSet, 0, 0); err != nil {
+		return err
+	}
+	if try {
+		old, err := pe.rawAtomic(home, off, 4, heap.OpCSwap, me, 0)
+		if err != nil {
+			return err
+		}
+		if old != 0 {
+			return errLockBusy
+		}
+		return nil
+	}
+	prev, err := pe.rawAtomic(home, off, 4, heap.OpSwap, me, 0)
+	if err != nil {
+		return err
+	}
+	if prev == 0 {
+		return nil
+	}
+	if prev > uint64(pe.npes) {
+		return fmt.Errorf("shmem: lock word at offset %d holds tail %d, not a PE of %d (not a lock, or corrupted): %w", off, prev, pe.npes, ErrProtocol)
+	}
+	if _, err := pe.rawAtomic(int(prev-1), off+4, 4, heap.OpFetchOr, me, 0); err != nil {
+		return err
+	}
+	return pe.await(func() bool { return pe.myNode(off)&lockGranted != 0 },
+		func() string { return fmt.Sprintf("the lock at offset %d from PE %d", off, prev-1) })
+}
+
+// ClearLock releases l, passing it to the next PE in line.
+func ClearLock(l Sym[int64]) error {
+	pe, off, home, err := lockCheck(l)
+	if err != nil {
+		return err
+	}
+	ls := pe.lockFor(off)
+	if len(ls.held) == 0 {
+		return fmt.Errorf("shmem: ClearLock of the lock at offset %d, which PE %d does not hold: %w", off, pe.rank, ErrInvalid)
+	}
+	me := uint64(pe.rank + 1)
+	next := uint64(pe.myNode(off) &^ lockGranted)
+	if next == 0 {
+		old, err := pe.rawAtomic(home, off, 4, heap.OpCSwap, 0, me)
+		if err != nil {
+			return err
+		}
+		if old == me {
+			<-ls.held
+			return nil
+		}
+		// A successor swapped itself in and is about to link.
+		if err := pe.await(func() bool { return pe.myNode(off)&^lockGranted != 0 },
+			func() string { return fmt.Sprintf("the next PE to link behind the lock at offset %d", off) }); err != nil {
+			return err
+		}
+		next = uint64(pe.myNode(off) &^ lockGranted)
+	}
+	if next > uint64(pe.npes) {
+		return fmt.Errorf("shmem: lock node at offset %d names successor %d, not a PE of %d: %w", off, next, pe.npes, ErrProtocol)
+	}
+	if _, err := pe.rawAtomic(int(next-1), off+4, 4, heap.OpFetchOr, lockGranted, 0); err != nil {
+		return err
+	}
+	<-ls.held
+	return nil
+}

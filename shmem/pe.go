@@ -1,0 +1,179 @@
+package shmem
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goshmem/goshmem/heap"
+	"github.com/goshmem/goshmem/internal/boot"
+)
+
+// PE is one processing element of a job: this program's handle on its own
+// symmetric heap and on every other PE. A *PE is safe for concurrent use
+// by many goroutines.
+type PE struct {
+	rank, npes int
+	cfg        Config
+	host       string
+	cacheLine  int // agreed by all PEs: the allocator's minimum alignment
+
+	seg   *heap.Segment // this PE's own segment
+	mem   []byte        // seg.Bytes()
+	peers []peer        // indexed by rank; peers[rank] is this PE
+
+	allocMu sync.Mutex // guards alloc
+	alloc   *heap.Allocator
+	allocs  uint64 // collective allocation calls so far (guarded by allocMu)
+
+	world, shared *Team
+	teamMu        sync.Mutex               // guards teamUsed
+	teamUsed      [heap.MaxTeams / 64]uint64 // bit i set: team slot i is in use on this PE
+
+	locksMu sync.Mutex             // guards locks
+	locks   map[uint64]*lockState // per lock word: orders this PE's goroutines
+
+	finalized atomic.Bool
+	lost      atomic.Pointer[error] // first reason the job is broken, if any
+	_         [56]byte
+	fenceWord atomic.Uint64 // target of the full fence after plain stores
+	_         [56]byte
+
+	// Process jobs only.
+	boot    *boot.Client
+	unixLn  *net.UnixListener
+	closers []func()
+
+	// Run jobs only.
+	job *runJob
+
+	ctxSeq atomic.Uint64 // numbers contexts
+}
+
+// peer is this PE's route to one PE of the job.
+type peer struct {
+	rank int
+	host string
+	pid  int
+	// mem is the peer's segment as mapped here: non-nil for same-host
+	// peers and for this PE itself. A put is a copy into it.
+	mem []byte
+	// wake and sleepers are the peer's futex word and sleeper count.
+	wake, sleepers *uint32
+	seg            *heap.Segment // the mapping this PE owns, if any
+	conn           *net.UnixConn // same-host liveness link (process jobs)
+	departed       atomic.Bool   // the peer said goodbye
+}
+
+// MyPE is this PE's number, 0..NPEs()-1.
+func (pe *PE) MyPE() int { return pe.rank }
+
+// NPEs is the number of PEs in the job.
+func (pe *PE) NPEs() int { return pe.npes }
+
+// Accessible reports whether target is a PE of the job that this PE can
+// reach (shmem_pe_accessible).
+func (pe *PE) Accessible(target int) bool {
+	if target < 0 || target >= pe.npes || pe.finalized.Load() {
+		return false
+	}
+	return pe.peers[target].mem != nil
+}
+
+// SameHost reports whether target's heap is mapped here, so that Ptr
+// gives direct loads and stores (true for MyPE).
+func (pe *PE) SameHost(target int) bool {
+	return target >= 0 && target < pe.npes && pe.peers[target].mem != nil
+}
+
+// checkPE returns the peer for target, or ErrBadPE / ErrFinalized /
+// ErrPeerLost.
+func (pe *PE) peer(target int) (*peer, error) {
+	if uint(target) >= uint(pe.npes) {
+		return nil, fmt.Errorf("shmem: PE %d: the job has PEs 0..%d: %w", target, pe.npes-1, ErrBadPE)
+	}
+	if pe.finalized.Load() {
+		return nil, fmt.Errorf("shmem: PE %d is finalized: %w", pe.rank, ErrFinalized)
+	}
+	p := &pe.peers[target]
+	if p.mem == nil {
+		if err := pe.brokenErr(); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("shmem: PE %d on host %q has no route from PE %d on %q (remote PEs need netmesh): %w",
+			target, p.host, pe.rank, pe.host, ErrPeerLost)
+	}
+	return p, nil
+}
+
+// fullFence orders this PE's earlier plain stores before its later loads
+// (a store-load barrier; sync/atomic read-modify-writes are sequentially
+// consistent).
+func (pe *PE) fullFence() { pe.fenceWord.Add(1) }
+
+// notify wakes the PE behind p if any of its goroutines sleeps, after a
+// plain store into its memory. The fence makes the store visible before
+// the sleeper count is read; the sleeper increments its count before its
+// last check of the condition, so one of the two sees the other.
+func (pe *PE) notify(p *peer) {
+	pe.fullFence()
+	if atomic.LoadUint32(p.sleepers) != 0 {
+		wake(p.wake)
+	}
+}
+
+// notifyAtomic is notify after an atomic read-modify-write or store,
+// which is itself a full fence.
+func notifyAtomic(p *peer) {
+	if atomic.LoadUint32(p.sleepers) != 0 {
+		wake(p.wake)
+	}
+}
+
+func wake(w *uint32) {
+	atomic.AddUint32(w, 1)
+	heap.FutexWake(w, math.MaxInt32)
+}
+
+// markLost records that the job is broken (a peer died, the job was
+// ended) and wakes this PE's sleepers so that every wait sees it.
+func (pe *PE) markLost(err error) {
+	pe.lost.CompareAndSwap(nil, &err)
+	wake(pe.peers[pe.rank].wake)
+}
+
+// brokenErr is the reason the job is broken, or nil.
+func (pe *PE) brokenErr() error {
+	if e := pe.lost.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// alive is nil while waits may go on: the PE is not finalized and the
+// job is not broken.
+func (pe *PE) alive() error {
+	if err := pe.brokenErr(); err != nil {
+		return err
+	}
+	if pe.finalized.Load() {
+		return fmt.Errorf("shmem: PE %d is finalized: %w", pe.rank, ErrFinalized)
+	}
+	return nil
+}
+
+// GlobalExit ends every PE of the job. Under a launcher the launcher exits
+// with code; in a one-PE job the process exits with code; under Run, Run
+// returns an *ExitError carrying code and this goroutine ends.
+func (pe *PE) GlobalExit(code int) {
+	if pe.job != nil {
+		pe.job.globalExit(pe.rank, code) // does not return
+	}
+	if pe.boot != nil {
+		pe.boot.Exit(code)
+	}
+	os.Exit(code)
+}

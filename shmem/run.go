@@ -1,0 +1,221 @@
+package shmem
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sync"
+
+	"github.com/klauspost/cpuid/v2"
+
+	"github.com/goshmem/goshmem/heap"
+)
+
+// MaxRunPEs bounds Run's job size.
+const MaxRunPEs = 1024
+
+// runJob is the state Run's PEs share: which PE failed first and why.
+type runJob struct {
+	pes  []*PE
+	mu   sync.Mutex
+	err  error // the first error of any PE, or an *ExitError
+	exit []bool
+}
+
+// Run starts n PEs as goroutines of this process, calls fn on each, and
+// returns the first error any of them returned (or an *ExitError after
+// GlobalExit). A PE that returns nil without calling Finalize is
+// finalized by Run. When one PE fails, the others' waits end with
+// ErrPeerLost instead of hanging. PEs on the same pretend host (WithHosts;
+// by default all) map each other's heaps.
+func Run(n int, fn func(pe *PE) error, opts ...Option) error {
+	cfg, err := loadConfig(opts)
+	if err != nil {
+		return err
+	}
+	if n < 1 || n > MaxRunPEs {
+		return fmt.Errorf("shmem: Run of %d PEs (1..%d): %w", n, MaxRunPEs, ErrInvalid)
+	}
+	if fn == nil {
+		return fmt.Errorf("shmem: Run with a nil function: %w", ErrInvalid)
+	}
+	hosts := cfg.Hosts
+	if hosts == nil {
+		hosts = make([]string, n)
+		id := hostIdentity()
+		for i := range hosts {
+			hosts[i] = id
+		}
+	}
+	if len(hosts) != n {
+		return fmt.Errorf("shmem: WithHosts gives %d hosts for %d PEs: %w", len(hosts), n, ErrInvalid)
+	}
+	for i := range hosts {
+		if hosts[i] != hosts[0] {
+			return fmt.Errorf("shmem: PEs %d and %d are on different pretend hosts (%q, %q): remote PEs need netmesh, which this build does not have yet: %w",
+				0, i, hosts[0], hosts[i], ErrInvalid)
+		}
+	}
+	job := &runJob{pes: make([]*PE, n), exit: make([]bool, n)}
+	segs := make([]*heap.Segment, 0, n)
+	defer func() {
+		for _, s := range segs {
+			s.Close()
+		}
+	}()
+	line := cacheLine()
+	for r := 0; r < n; r++ {
+		seg, err := heap.Create(heap.HeapBase + cfg.HeapSize)
+		if err != nil {
+			return err
+		}
+		segs = append(segs, seg)
+		seg.WriteHeader(r, os.Getpid())
+		pe, err := newPE(r, n, cfg, hosts[r], seg, line)
+		if err != nil {
+			return err
+		}
+		pe.job = job
+		job.pes[r] = pe
+	}
+	for _, pe := range job.pes {
+		for r, other := range job.pes {
+			if r != pe.rank {
+				pe.peers[r] = peer{rank: r, host: hosts[r], pid: os.Getpid(), mem: other.mem,
+					wake: heap.Ptr32(other.mem, heap.WakeOff), sleepers: heap.Ptr32(other.mem, heap.SleepOff)}
+			}
+		}
+		pe.makeTeams()
+	}
+	if cfg.Info {
+		fmt.Fprintln(os.Stderr, job.pes[0].Info())
+	}
+	var wg sync.WaitGroup
+	for _, pe := range job.pes {
+		wg.Add(1)
+		go job.runPE(&wg, pe, fn)
+	}
+	wg.Wait()
+	return job.err
+}
+
+func (j *runJob) runPE(wg *sync.WaitGroup, pe *PE, fn func(*PE) error) {
+	defer wg.Done()
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("shmem: PE %d panicked: %v\n%s", pe.rank, r, debug.Stack())
+			}
+		}()
+		return fn(pe)
+	}()
+	if err != nil {
+		j.fail(pe.rank, err)
+		pe.finalized.Store(true)
+		return
+	}
+	if !pe.finalized.Load() {
+		if err := pe.Finalize(); err != nil {
+			j.fail(pe.rank, err)
+		}
+	}
+}
+
+// fail records err as PE rank's and breaks every other PE's waits.
+func (j *runJob) fail(rank int, err error) {
+	j.mu.Lock()
+	if j.err == nil {
+		j.err = err
+	}
+	j.mu.Unlock()
+	lost := fmt.Errorf("shmem: PE %d failed (%v): %w", rank, err, ErrPeerLost)
+	for _, pe := range j.pes {
+		if pe.rank != rank {
+			pe.markLost(lost)
+		}
+	}
+}
+
+// globalExit ends the job with code and the calling goroutine.
+func (j *runJob) globalExit(rank, code int) {
+	j.mu.Lock()
+	if j.err == nil {
+		j.err = &ExitError{PE: rank, Code: code}
+	}
+	j.exit[rank] = true
+	j.mu.Unlock()
+	lost := fmt.Errorf("shmem: PE %d called GlobalExit(%d): %w", rank, code, ErrPeerLost)
+	for _, pe := range j.pes {
+		if pe.rank != rank {
+			pe.markLost(lost)
+		} else {
+			pe.finalized.Store(true)
+		}
+	}
+	runtime.Goexit()
+}
+
+// cacheLine is the allocator's minimum alignment: the cache line cpuid
+// reports, at least 64 bytes.
+func cacheLine() int {
+	return max(cpuid.CPU.CacheLine, 64)
+}
+
+// newPE builds a PE around its own segment; peers other than itself are
+// filled in by the caller.
+func newPE(rank, npes int, cfg Config, host string, seg *heap.Segment, line int) (*PE, error) {
+	a, err := heap.NewAllocator(heap.HeapBase, cfg.HeapSize, uint64(line))
+	if err != nil {
+		return nil, err
+	}
+	pe := &PE{rank: rank, npes: npes, cfg: cfg, host: host, cacheLine: line, seg: seg, mem: seg.Bytes(), alloc: a}
+	pe.peers = make([]peer, npes)
+	pe.peers[rank] = peer{rank: rank, host: host, pid: os.Getpid(), mem: pe.mem,
+		wake: heap.Ptr32(pe.mem, heap.WakeOff), sleepers: heap.Ptr32(pe.mem, heap.SleepOff)}
+	return pe, nil
+}
+
+// makeTeams creates the world team (slot 0) and the shared team (slot 1:
+// the shared teams of different hosts are disjoint, so they share the
+// slot number).
+func (pe *PE) makeTeams() {
+	all := make([]int, pe.npes)
+	var local []int
+	for r := range all {
+		all[r] = r
+		if pe.peers[r].mem != nil {
+			local = append(local, r)
+		}
+	}
+	pe.world = newTeam(pe, 0, all)
+	pe.world.predefined = true
+	pe.shared = newTeam(pe, 1, local)
+	pe.shared.predefined = true
+	pe.useSlot(0)
+	pe.useSlot(1)
+}
+
+// Finalize ends this PE's part in the job (collective): it completes
+// outstanding operations, waits for every PE, and releases the heap and
+// every link. Every later call on the PE fails with ErrFinalized, and
+// slices from Local and Ptr must no longer be used.
+func (pe *PE) Finalize() error {
+	if pe == nil {
+		return fmt.Errorf("shmem: Finalize of a nil PE: %w", ErrInvalid)
+	}
+	if pe.finalized.Load() {
+		return fmt.Errorf("shmem: PE %d is already finalized: %w", pe.rank, ErrFinalized)
+	}
+	err := pe.BarrierAll()
+	pe.finalized.Store(true)
+	if pe.job == nil {
+		if cerr := pe.closeProcess(); err == nil {
+			err = cerr
+		}
+	}
+	// Under Run the segments stay mapped until every PE has returned: a
+	// peer may still be reading this PE's sleeper count after its last
+	// store of the final barrier.
+	return err
+}

@@ -1,0 +1,373 @@
+package shmem
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/goshmem/goshmem/heap"
+)
+
+// Elem is the set of element types of symmetric objects.
+type Elem interface {
+	~int8 | ~int16 | ~int32 | ~int64 | ~int | ~uint8 | ~uint16 | ~uint32 |
+		~uint64 | ~uint | ~uintptr | ~float32 | ~float64 | ~complex64 | ~complex128
+}
+
+// block is one collective allocation. Handles (Sym values, including
+// slices of them) point at it, so a handle to a freed block is refused.
+type block struct {
+	pe    *PE
+	off   uint64 // byte offset of the block in the segment
+	size  uint64 // bytes
+	freed atomic.Bool
+}
+
+// Sym is a handle on a symmetric object: n elements of T at the same
+// heap offset on every PE. It is a small value; copy it freely. The zero
+// Sym is not usable.
+type Sym[T Elem] struct {
+	b   *block
+	off uint64 // byte offset of element 0 in the segment
+	n   int
+	ctx *Context // nil: the PE's default context
+}
+
+// Len is the number of elements.
+func (s Sym[T]) Len() int { return s.n }
+
+// Offset is the object's byte offset in the symmetric heap, the same on
+// every PE.
+func (s Sym[T]) Offset() uint64 { return s.off }
+
+// PE is the handle the object was allocated through.
+func (s Sym[T]) PE() *PE {
+	if s.b == nil {
+		return nil
+	}
+	return s.b.pe
+}
+
+// Slice is the sub-object of elements lo..hi-1, like s[lo:hi]. Bounds out
+// of range give a zero-length handle whose every use fails with
+// ErrOutOfBounds (Slice itself cannot return an error).
+func (s Sym[T]) Slice(lo, hi int) Sym[T] {
+	if lo < 0 || hi < lo || hi > s.n {
+		return Sym[T]{b: s.b, off: s.off, n: -1, ctx: s.ctx}
+	}
+	return Sym[T]{b: s.b, off: s.off + uint64(lo*sizeOf[T]()), n: hi - lo, ctx: s.ctx}
+}
+
+// Via returns the handle with its operations ordered and completed by
+// context c (nil: the PE's default context).
+func (s Sym[T]) Via(c *Context) Sym[T] {
+	s.ctx = c
+	return s
+}
+
+// Local is this PE's copy of the object, read and written directly. The
+// slice aliases the symmetric heap: it is valid until the object is freed
+// or the PE finalized, and other PEs may write it at any time (use the
+// atomic and wait calls to synchronise). It is nil for an invalid handle.
+func (s Sym[T]) Local() []T {
+	if s.check() != nil {
+		return nil
+	}
+	return viewAs[T](s.b.pe.mem, s.off, s.n)
+}
+
+// Ptr is shmem_ptr: target's copy of the object, read and written
+// directly, when target's heap is mapped here; nil when target is remote,
+// out of range or the handle invalid.
+func Ptr[T Elem](s Sym[T], target int) []T {
+	if s.check() != nil || uint(target) >= uint(s.b.pe.npes) {
+		return nil
+	}
+	mem := s.b.pe.peers[target].mem
+	if mem == nil {
+		return nil
+	}
+	return viewAs[T](mem, s.off, s.n)
+}
+
+// check validates the handle itself.
+func (s Sym[T]) check() error {
+	if s.b == nil {
+		return fmt.Errorf("shmem: zero Sym (not from Malloc): %w", ErrInvalid)
+	}
+	if s.n < 0 {
+		return fmt.Errorf("shmem: Slice out of range: %w", ErrOutOfBounds)
+	}
+	if s.b.freed.Load() {
+		return fmt.Errorf("shmem: object at offset %d was freed: %w", s.b.off, ErrOutOfBounds)
+	}
+	return nil
+}
+
+// span validates elements [i, i+cnt) of s on target and returns the PE,
+// the route and the byte offset of element i.
+func (s Sym[T]) span(i, cnt, target int) (*PE, *peer, uint64, error) {
+	if err := s.check(); err != nil {
+		return nil, nil, 0, err
+	}
+	if i < 0 || cnt < 0 || i > s.n-cnt {
+		return nil, nil, 0, fmt.Errorf("shmem: elements %d..%d of a %d-element object (%d-byte elements at offset %d): %w",
+			i, i+cnt, s.n, sizeOf[T](), s.off, ErrOutOfBounds)
+	}
+	if s.ctx != nil && s.ctx.closed.Load() {
+		return nil, nil, 0, fmt.Errorf("shmem: context %d is closed: %w", s.ctx.id, ErrFinalized)
+	}
+	pe := s.b.pe
+	p, err := pe.peer(target)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return pe, p, s.off + uint64(i*sizeOf[T]()), nil
+}
+
+// Malloc allocates n zeroed elements on every PE (collective: every PE
+// calls it with the same n, and it returns once every PE has the block).
+func Malloc[T Elem](pe *PE, n int) (Sym[T], error) {
+	return Align[T](pe, 0, n)
+}
+
+// Align is Malloc with the object aligned to align bytes (a power of
+// two; 0 means the default, the cache line).
+func Align[T Elem](pe *PE, align, n int) (Sym[T], error) {
+	if pe == nil {
+		return Sym[T]{}, fmt.Errorf("shmem: Malloc on a nil PE: %w", ErrInvalid)
+	}
+	if n < 0 || align < 0 || align&(align-1) != 0 {
+		return Sym[T]{}, fmt.Errorf("shmem: Malloc of %d elements aligned to %d: %w", n, align, ErrInvalid)
+	}
+	if uint64(n) > pe.cfg.HeapSize/uint64(sizeOf[T]()) {
+		return Sym[T]{}, fmt.Errorf("shmem: Malloc of %d %d-byte elements is larger than the %d-byte heap (SHMEM_SYMMETRIC_SIZE): %w",
+			n, sizeOf[T](), pe.cfg.HeapSize, ErrHeapExhausted)
+	}
+	b, err := pe.symAlloc(uint64(n*sizeOf[T]()), uint64(align), opMalloc)
+	if err != nil {
+		return Sym[T]{}, err
+	}
+	return Sym[T]{b: b, off: b.off, n: n}, nil
+}
+
+// Realloc resizes s to n elements on every PE (collective), keeping the
+// contents up to the smaller length. It first completes this PE's
+// outstanding operations and meets all PEs. s must be the whole object
+// as Malloc returned it; afterwards only the returned handle is valid.
+func Realloc[T Elem](s Sym[T], n int) (Sym[T], error) {
+	if err := s.check(); err != nil {
+		return Sym[T]{}, err
+	}
+	pe := s.b.pe
+	if n < 0 {
+		return Sym[T]{}, fmt.Errorf("shmem: Realloc to %d elements: %w", n, ErrInvalid)
+	}
+	if s.off != s.b.off {
+		return Sym[T]{}, fmt.Errorf("shmem: Realloc of a slice (offset %d inside the object at %d): %w", s.off, s.b.off, ErrInvalid)
+	}
+	if uint64(n) > pe.cfg.HeapSize/uint64(sizeOf[T]()) {
+		return Sym[T]{}, fmt.Errorf("shmem: Realloc to %d %d-byte elements is larger than the %d-byte heap (SHMEM_SYMMETRIC_SIZE): %w",
+			n, sizeOf[T](), pe.cfg.HeapSize, ErrHeapExhausted)
+	}
+	b, err := pe.symRealloc(s.b, uint64(n*sizeOf[T]()))
+	if err != nil {
+		return Sym[T]{}, err
+	}
+	return Sym[T]{b: b, off: b.off, n: n, ctx: s.ctx}, nil
+}
+
+// Free releases s on every PE (collective). It first completes this PE's
+// outstanding operations and meets all PEs. Any handle on the object,
+// including slices of it, is invalid afterwards.
+func Free[T Elem](s Sym[T]) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	return s.b.pe.symFree(s.b)
+}
+
+// Collective allocation kinds, as recorded in the SHMEM_DEBUG agreement
+// descriptor.
+const (
+	opMalloc  = 1
+	opRealloc = 2
+	opFree    = 3
+)
+
+func (pe *PE) symAlloc(bytes, align uint64, op uint64) (*block, error) {
+	if err := pe.alive(); err != nil {
+		return nil, err
+	}
+	if err := pe.agree(op, bytes, align); err != nil {
+		return nil, err
+	}
+	if bytes == 0 {
+		// No memory, no meeting: a zero-length object has no offset to agree on.
+		return &block{pe: pe, off: heap.HeapBase}, nil
+	}
+	pe.allocMu.Lock()
+	off, err := pe.alloc.Alloc(bytes, align)
+	pe.allocMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("shmem: PE %d: %w (SHMEM_SYMMETRIC_SIZE is %d bytes)", pe.rank, err, pe.cfg.HeapSize)
+	}
+	clear(pe.mem[off : off+bytes])
+	b := &block{pe: pe, off: off, size: bytes}
+	if err := pe.world.sync(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (pe *PE) symRealloc(old *block, bytes uint64) (*block, error) {
+	if err := pe.agree(opRealloc, bytes, old.off); err != nil {
+		return nil, err
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return nil, err
+	}
+	if old.size == 0 || bytes == 0 {
+		nb, err := pe.symAllocNoAgree(bytes)
+		if err != nil {
+			return nil, err
+		}
+		if old.size != 0 {
+			if err := pe.freeBlock(old); err != nil {
+				return nil, err
+			}
+		}
+		old.freed.Store(true)
+		return nb, pe.world.sync()
+	}
+	pe.allocMu.Lock()
+	grown, err := pe.alloc.Grow(old.off, bytes)
+	var off uint64
+	if err == nil && !grown {
+		off, err = pe.alloc.Alloc(bytes, 0)
+		if err == nil {
+			copy(pe.mem[off:off+min(bytes, old.size)], pe.mem[old.off:old.off+min(bytes, old.size)])
+			err = pe.alloc.Free(old.off)
+		}
+	} else if err == nil {
+		off = old.off
+	}
+	pe.allocMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("shmem: PE %d: Realloc to %d bytes: %w (SHMEM_SYMMETRIC_SIZE is %d bytes)", pe.rank, bytes, err, pe.cfg.HeapSize)
+	}
+	if bytes > old.size && off == old.off {
+		clear(pe.mem[off+old.size : off+bytes])
+	} else if bytes > old.size {
+		clear(pe.mem[off+old.size : off+bytes])
+	}
+	old.freed.Store(true)
+	nb := &block{pe: pe, off: off, size: bytes}
+	if err := pe.world.sync(); err != nil {
+		return nil, err
+	}
+	return nb, nil
+}
+
+// symAllocNoAgree allocates without the agreement step or the meeting
+// (Realloc has done both).
+func (pe *PE) symAllocNoAgree(bytes uint64) (*block, error) {
+	if bytes == 0 {
+		return &block{pe: pe, off: heap.HeapBase}, nil
+	}
+	pe.allocMu.Lock()
+	off, err := pe.alloc.Alloc(bytes, 0)
+	pe.allocMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("shmem: PE %d: %w (SHMEM_SYMMETRIC_SIZE is %d bytes)", pe.rank, err, pe.cfg.HeapSize)
+	}
+	clear(pe.mem[off : off+bytes])
+	return &block{pe: pe, off: off, size: bytes}, nil
+}
+
+func (pe *PE) symFree(b *block) error {
+	if err := pe.agree(opFree, b.size, b.off); err != nil {
+		return err
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	if b.freed.Swap(true) {
+		return fmt.Errorf("shmem: object at offset %d was already freed: %w", b.off, ErrOutOfBounds)
+	}
+	if b.size == 0 {
+		return nil
+	}
+	return pe.freeBlock(b)
+}
+
+func (pe *PE) freeBlock(b *block) error {
+	pe.allocMu.Lock()
+	defer pe.allocMu.Unlock()
+	if err := pe.alloc.Free(b.off); err != nil {
+		return fmt.Errorf("shmem: PE %d: %w", pe.rank, err)
+	}
+	return nil
+}
+
+// agree checks, under SHMEM_DEBUG, that every PE is making the same
+// collective allocation call: each PE publishes a descriptor (call
+// number, kind, size, alignment or offset) in its reserved agreement
+// words, all meet, each reads every other PE's descriptor, and all meet
+// again before the words can be reused. Every PE sees the same set of
+// descriptors, so every PE returns ErrAsymmetric together.
+func (pe *PE) agree(op, a, b uint64) error {
+	pe.allocMu.Lock()
+	pe.allocs++
+	seq := pe.allocs
+	pe.allocMu.Unlock()
+	if !pe.cfg.Debug || pe.npes == 1 {
+		return nil
+	}
+	desc := [4]uint64{seq, op, a, b}
+	for i, w := range desc {
+		heap.Store64(pe.mem, heap.AgreeOff+uint64(8*i), w)
+	}
+	if err := pe.world.sync(); err != nil {
+		return err
+	}
+	var bad error
+	for r := 0; r < pe.npes; r++ {
+		var got [4]uint64
+		if err := pe.getWords(r, heap.AgreeOff, got[:]); err != nil {
+			return err
+		}
+		if got != desc && bad == nil {
+			bad = fmt.Errorf("shmem: collective allocation #%d: PE %d called %s(%d, %d) but PE %d called %s(%d, %d): %w",
+				seq, pe.rank, opName(desc[1]), desc[2], desc[3], r, opName(got[1]), got[2], got[3], ErrAsymmetric)
+		}
+	}
+	if err := pe.world.sync(); err != nil {
+		return err
+	}
+	return bad
+}
+
+func opName(op uint64) string {
+	switch op {
+	case opMalloc:
+		return "Malloc"
+	case opRealloc:
+		return "Realloc"
+	case opFree:
+		return "Free"
+	}
+	return fmt.Sprintf("op%d", op)
+}
+
+// getWords reads len(dst) 8-byte runtime words at off of target's
+// reserved region.
+func (pe *PE) getWords(target int, off uint64, dst []uint64) error {
+	p, err := pe.peer(target)
+	if err != nil {
+		return err
+	}
+	for i := range dst {
+		dst[i] = heap.Load64(p.mem, off+uint64(8*i))
+	}
+	return nil
+}

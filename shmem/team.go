@@ -1,0 +1,353 @@
+package shmem
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goshmem/goshmem/heap"
+)
+
+// Team is an ordered subset of the job's PEs with its own numbering
+// (0..NPEs()-1) and its own synchronisation state: a slot of barrier
+// flags in the reserved region of every member's heap. Teams are created
+// collectively by splitting a parent team; up to heap.MaxTeams (1024)
+// teams, including the world and shared teams, may be alive at once.
+//
+// The collective calls on one team (Sync, Split, Split2D, Destroy) must
+// be made by every member in the same order; a PE's goroutines may share
+// a team, and their calls on it are serialised.
+type Team struct {
+	pe         *PE
+	slot       int
+	members    []int // world ranks, in team order
+	me         int   // this PE's index in members
+	predefined bool  // world and shared: never destroyed by the user
+
+	mu        sync.Mutex // serialises this PE's collectives on the team; guards epoch
+	epoch     uint64     // barriers completed on the team by this PE
+	splits    uint64     // team-creating calls on the team by this PE
+	destroyed atomic.Bool
+}
+
+func newTeam(pe *PE, slot int, members []int) *Team {
+	t := &Team{pe: pe, slot: slot, members: members, me: -1}
+	for i, w := range members {
+		if w == pe.rank {
+			t.me = i
+		}
+	}
+	return t
+}
+
+// World is the team of every PE of the job (TEAM_WORLD).
+func (pe *PE) World() *Team { return pe.world }
+
+// Shared is the team of the PEs whose heaps this PE maps, this PE
+// included (TEAM_SHARED).
+func (pe *PE) Shared() *Team { return pe.shared }
+
+// MyPE is this PE's number in the team.
+func (t *Team) MyPE() int {
+	if t == nil {
+		return -1
+	}
+	return t.me
+}
+
+// NPEs is the number of PEs in the team.
+func (t *Team) NPEs() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.members)
+}
+
+// Translate maps PE number pe of team t to its number in team to; -1 when
+// pe is not in t or not in to.
+func (t *Team) Translate(pe int, to *Team) int {
+	if t == nil || to == nil || pe < 0 || pe >= len(t.members) {
+		return -1
+	}
+	w := t.members[pe]
+	if to.predefined && to.slot == 0 {
+		return w
+	}
+	for i, m := range to.members {
+		if m == w {
+			return i
+		}
+	}
+	return -1
+}
+
+// Sync waits until every member of the team has reached it (no Quiet).
+func (t *Team) Sync() error {
+	if t == nil {
+		return fmt.Errorf("shmem: Sync on a nil team: %w", ErrInvalid)
+	}
+	if err := t.pe.alive(); err != nil {
+		return err
+	}
+	return t.sync()
+}
+
+func (t *Team) sync() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.syncLocked()
+}
+
+// syncLocked is a dissemination barrier: in round r the member at index
+// i stores the barrier's epoch into round r's flag on member i+2^r and
+// waits until its own round-r flag, written only by member i-2^r, reaches
+// the epoch. ceil(log2 n) rounds; no word is written by two PEs. Flags
+// only grow, and a wait is for flag >= epoch, so a fast member already in
+// the next barrier cannot confuse a slow one.
+func (t *Team) syncLocked() error {
+	pe := t.pe
+	if t.destroyed.Load() {
+		return fmt.Errorf("shmem: team (slot %d) is destroyed: %w", t.slot, ErrFinalized)
+	}
+	n := len(t.members)
+	if n == 1 {
+		return pe.alive()
+	}
+	t.epoch++
+	e := t.epoch
+	for r, d := 0, 1; d < n; r, d = r+1, d<<1 {
+		to := t.members[(t.me+d)%n]
+		off := heap.FlagOff(t.slot, r)
+		if err := pe.storeWord(to, off, e); err != nil {
+			return err
+		}
+		from := t.members[(t.me-d%n+n)%n]
+		if err := pe.await(func() bool { return heap.Load64(pe.mem, off) >= e },
+			func() string {
+				return fmt.Sprintf("barrier %d of a %d-PE team (round %d: PE %d)", e, n, r, from)
+			}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// The scratch words a member publishes for a team-creating call.
+const (
+	descWords   = 6  // seq, kind, three arguments, validity
+	bitmapWords = heap.MaxTeams / 64
+	bitmapOff   = 64 // inside the scratch area
+	kindSplit   = 1
+	kindSplit2D = 2
+)
+
+// exchange publishes this member's call descriptor and its free-slot
+// bitmap in the team's scratch, reads every member's, and returns
+// ErrAsymmetric if any descriptor differs, or else the slots free on
+// every member. Two barriers: the first makes the scratch readable, the
+// second keeps it from being overwritten while others still read.
+func (t *Team) exchange(desc [descWords]uint64) ([bitmapWords]uint64, error) {
+	pe := t.pe
+	var free [bitmapWords]uint64
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.destroyed.Load() {
+		return free, fmt.Errorf("shmem: team (slot %d) is destroyed: %w", t.slot, ErrFinalized)
+	}
+	sc := heap.ScratchOff(t.slot)
+	for i, w := range desc {
+		heap.Store64(pe.mem, sc+uint64(8*i), w)
+	}
+	pe.teamMu.Lock()
+	for i, used := range pe.teamUsed {
+		heap.Store64(pe.mem, sc+bitmapOff+uint64(8*i), ^used)
+	}
+	pe.teamMu.Unlock()
+	if err := t.syncLocked(); err != nil {
+		return free, err
+	}
+	for i := range free {
+		free[i] = ^uint64(0)
+	}
+	var bad error
+	for idx, w := range t.members {
+		var got [descWords]uint64
+		var bm [bitmapWords]uint64
+		if err := pe.getWords(w, sc, got[:]); err != nil {
+			return free, err
+		}
+		if err := pe.getWords(w, sc+bitmapOff, bm[:]); err != nil {
+			return free, err
+		}
+		if got != desc && bad == nil {
+			bad = fmt.Errorf("shmem: team-creating call %d: member %d (PE %d) passed kind %d args (%d, %d, %d), member %d passed kind %d args (%d, %d, %d): %w",
+				desc[0], t.me, pe.rank, desc[1], int64(desc[2]), int64(desc[3]), int64(desc[4]),
+				idx, got[1], int64(got[2]), int64(got[3]), int64(got[4]), ErrAsymmetric)
+		}
+		for i := range free {
+			free[i] &= bm[i]
+		}
+	}
+	if err := t.syncLocked(); err != nil {
+		return free, err
+	}
+	return free, bad
+}
+
+// takeSlots picks the k lowest slots free on every member.
+func takeSlots(free [bitmapWords]uint64, k int) ([]int, bool) {
+	var got []int
+	for i, w := range free {
+		for w != 0 && len(got) < k {
+			b := bits.TrailingZeros64(w)
+			got = append(got, i*64+b)
+			w &^= 1 << b
+		}
+	}
+	return got, len(got) == k
+}
+
+func (pe *PE) useSlot(s int) {
+	pe.teamMu.Lock()
+	pe.teamUsed[s/64] |= 1 << (s % 64)
+	pe.teamMu.Unlock()
+}
+
+func (pe *PE) releaseSlot(s int) {
+	// Zero this member's flags so the next team on the slot starts from
+	// epoch 0. Every signal of the last barrier has arrived (the member
+	// waited for each), and nobody signals a destroyed team.
+	for r := 0; r < heap.MaxRounds; r++ {
+		heap.Store64(pe.mem, heap.FlagOff(s, r), 0)
+	}
+	pe.teamMu.Lock()
+	pe.teamUsed[s/64] &^= 1 << (s % 64)
+	pe.teamMu.Unlock()
+}
+
+// splitSeq numbers a PE's team-creating calls on a team, so descriptors
+// of different calls never match by accident.
+func (t *Team) nextSeq() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.splits++
+	return t.splits
+}
+
+// Split creates the team of the members of t at indices start,
+// start+stride, ..., size of them (stride may be negative, not zero
+// unless size is 1). It is collective over t: every member calls it with
+// the same arguments and gets the new team, or nil if it is not a member.
+// Invalid arguments fail on every member; different arguments on
+// different members fail with ErrAsymmetric on every member.
+func (t *Team) Split(start, stride, size int) (*Team, error) {
+	if t == nil {
+		return nil, fmt.Errorf("shmem: Split of a nil team: %w", ErrInvalid)
+	}
+	pe := t.pe
+	if err := pe.alive(); err != nil {
+		return nil, err
+	}
+	n := len(t.members)
+	var argErr error
+	if size < 1 || start < 0 || start >= n || (stride == 0 && size > 1) {
+		argErr = fmt.Errorf("shmem: Split(start %d, stride %d, size %d) of a %d-PE team: %w", start, stride, size, n, ErrInvalid)
+	} else if last := start + (size-1)*stride; last < 0 || last >= n {
+		argErr = fmt.Errorf("shmem: Split(start %d, stride %d, size %d) of a %d-PE team reaches member %d: %w", start, stride, size, n, last, ErrBadPE)
+	}
+	valid := uint64(1)
+	if argErr != nil {
+		valid = 0
+	}
+	free, err := t.exchange([descWords]uint64{t.nextSeq(), kindSplit, uint64(start), uint64(stride), uint64(size), valid})
+	if err != nil {
+		return nil, err
+	}
+	if argErr != nil {
+		return nil, argErr
+	}
+	slots, ok := takeSlots(free, 1)
+	if !ok {
+		return nil, fmt.Errorf("shmem: Split: no team slot is free on every member (%d teams at most): %w", heap.MaxTeams, ErrHeapExhausted)
+	}
+	members := make([]int, size)
+	in := false
+	for k := range members {
+		members[k] = t.members[start+k*stride]
+		in = in || members[k] == pe.rank
+	}
+	if !in {
+		return nil, nil
+	}
+	pe.useSlot(slots[0])
+	return newTeam(pe, slots[0], members), nil
+}
+
+// Split2D splits t into a grid with rows of xRange members: x is this
+// PE's row (members of t with the same index / xRange) and y its column
+// (the same index % xRange). Collective over t. An xRange above the team
+// size is taken as the team size.
+func (t *Team) Split2D(xRange int) (x, y *Team, err error) {
+	if t == nil {
+		return nil, nil, fmt.Errorf("shmem: Split2D of a nil team: %w", ErrInvalid)
+	}
+	pe := t.pe
+	if err := pe.alive(); err != nil {
+		return nil, nil, err
+	}
+	n := len(t.members)
+	var argErr error
+	if xRange < 1 {
+		argErr = fmt.Errorf("shmem: Split2D(xRange %d): %w", xRange, ErrInvalid)
+	}
+	valid := uint64(1)
+	if argErr != nil {
+		valid = 0
+	}
+	free, err := t.exchange([descWords]uint64{t.nextSeq(), kindSplit2D, uint64(xRange), 0, 0, valid})
+	if err != nil {
+		return nil, nil, err
+	}
+	if argErr != nil {
+		return nil, nil, argErr
+	}
+	xRange = min(xRange, n)
+	slots, ok := takeSlots(free, 2)
+	if !ok {
+		return nil, nil, fmt.Errorf("shmem: Split2D: fewer than two team slots are free on every member (%d teams at most): %w", heap.MaxTeams, ErrHeapExhausted)
+	}
+	row, col := t.me/xRange, t.me%xRange
+	var xm, ym []int
+	for i := row * xRange; i < min(row*xRange+xRange, n); i++ {
+		xm = append(xm, t.members[i])
+	}
+	for i := col; i < n; i += xRange {
+		ym = append(ym, t.members[i])
+	}
+	pe.useSlot(slots[0])
+	pe.useSlot(slots[1])
+	return newTeam(pe, slots[0], xm), newTeam(pe, slots[1], ym), nil
+}
+
+// Destroy releases the team (collective over its members). The world and
+// shared teams cannot be destroyed.
+func (t *Team) Destroy() error {
+	if t == nil {
+		return fmt.Errorf("shmem: Destroy of a nil team: %w", ErrInvalid)
+	}
+	if t.predefined {
+		return fmt.Errorf("shmem: the world and shared teams cannot be destroyed: %w", ErrInvalid)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.destroyed.Load() {
+		return fmt.Errorf("shmem: team (slot %d) is already destroyed: %w", t.slot, ErrFinalized)
+	}
+	if err := t.syncLocked(); err != nil {
+		return err
+	}
+	t.destroyed.Store(true)
+	t.pe.releaseSlot(t.slot)
+	return nil
+}

@@ -1,0 +1,292 @@
+package shmem
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+
+	"github.com/goshmem/goshmem/heap"
+)
+
+// How a wait spends its time: first a tight spin (the answer is usually
+// a few hundred nanoseconds away when the other PE has a core), then
+// yields (to other goroutines, then to other processes, for when PEs
+// outnumber cores), then sleeps on the PE's futex word in growing slices.
+// Writers wake sleepers they can see; the slices bound what a missed wake
+// could cost and let the wait notice a lost peer or its timeout.
+const (
+	spinFor     = 4 * time.Microsecond
+	goschedFor  = 20 * time.Microsecond
+	yieldFor    = 200 * time.Microsecond
+	firstSleep  = 100 * time.Microsecond
+	longestNap  = 20 * time.Millisecond
+	spinBetween = 64 // condition checks between clock reads
+)
+
+// await returns nil once cond is true. It fails with ErrTimeout (naming
+// what) after the PE's timeout, and with the job's error when a peer is
+// lost or the PE is finalized. cond must only read memory.
+func (pe *PE) await(cond func() bool, what func() string) error {
+	if cond() {
+		return nil
+	}
+	start := time.Now()
+	for {
+		for i := 0; i < spinBetween; i++ {
+			if cond() {
+				return nil
+			}
+		}
+		if time.Since(start) > spinFor {
+			break
+		}
+	}
+	for i := 0; ; i++ {
+		el := time.Since(start)
+		if el < goschedFor {
+			runtime.Gosched()
+		} else if el < yieldFor {
+			heap.Yield()
+		} else {
+			break
+		}
+		if cond() {
+			return nil
+		}
+		if i%32 == 31 {
+			if err := pe.alive(); err != nil {
+				return err
+			}
+		}
+	}
+	me := &pe.peers[pe.rank]
+	nap := firstSleep
+	for {
+		seq := atomic.LoadUint32(me.wake)
+		atomic.AddUint32(me.sleepers, 1)
+		if cond() {
+			atomic.AddUint32(me.sleepers, ^uint32(0))
+			return nil
+		}
+		heap.FutexWait(me.wake, seq, nap)
+		atomic.AddUint32(me.sleepers, ^uint32(0))
+		if cond() {
+			return nil
+		}
+		if err := pe.alive(); err != nil {
+			return fmt.Errorf("shmem: PE %d waiting for %s: %w", pe.rank, what(), err)
+		}
+		if time.Since(start) > pe.cfg.Timeout {
+			return fmt.Errorf("shmem: PE %d waited %v for %s: %w", pe.rank, pe.cfg.Timeout, what(), ErrTimeout)
+		}
+		if nap < longestNap {
+			nap *= 2
+		}
+	}
+}
+
+// Cmp is a comparison for the wait and test calls.
+type Cmp int
+
+// The comparisons. A wait for (cmp, v) ends when "word cmp v" holds.
+const (
+	CmpEQ Cmp = iota + 1
+	CmpNE
+	CmpGT
+	CmpGE
+	CmpLT
+	CmpLE
+)
+
+func (c Cmp) String() string {
+	switch c {
+	case CmpEQ:
+		return "=="
+	case CmpNE:
+		return "!="
+	case CmpGT:
+		return ">"
+	case CmpGE:
+		return ">="
+	case CmpLT:
+		return "<"
+	case CmpLE:
+		return "<="
+	}
+	return fmt.Sprintf("Cmp(%d)", int(c))
+}
+
+func (c Cmp) valid() bool { return c >= CmpEQ && c <= CmpLE }
+
+func compare[T AtomicElem](a T, c Cmp, b T) bool {
+	switch c {
+	case CmpEQ:
+		return a == b
+	case CmpNE:
+		return a != b
+	case CmpGT:
+		return a > b
+	case CmpGE:
+		return a >= b
+	case CmpLT:
+		return a < b
+	case CmpLE:
+		return a <= b
+	}
+	return false
+}
+
+// loadLocal atomically reads element i of s on this PE.
+func loadLocal[T AtomicElem](s Sym[T], i int) T {
+	off := s.off + uint64(i)*uint64(sizeOf[T]())
+	return fromBits[T](heap.AtomicAt(s.b.pe.mem, off, sizeOf[T](), heap.OpFetch, 0, 0))
+}
+
+// localCheck validates a wait or test on this PE's own copy of s.
+func localCheck[T AtomicElem](s Sym[T], cmp Cmp) (*PE, error) {
+	if s.b == nil {
+		return nil, fmt.Errorf("shmem: wait on a zero Sym: %w", ErrInvalid)
+	}
+	if !cmp.valid() {
+		return nil, fmt.Errorf("shmem: comparison %v: %w", cmp, ErrInvalid)
+	}
+	if s.b.freed.Load() {
+		return nil, fmt.Errorf("shmem: wait on a freed object at offset %d: %w", s.b.off, ErrOutOfBounds)
+	}
+	pe := s.b.pe
+	if pe.finalized.Load() {
+		return nil, fmt.Errorf("shmem: PE %d is finalized: %w", pe.rank, ErrFinalized)
+	}
+	return pe, nil
+}
+
+func indexCheck(i, n int) error {
+	if uint(i) >= uint(n) {
+		return fmt.Errorf("shmem: index %d of a %d-element object: %w", i, n, ErrOutOfBounds)
+	}
+	return nil
+}
+
+// WaitUntil blocks until element i of this PE's own copy of s satisfies
+// cmp v (shmem_wait_until). It spins briefly, then sleeps; it ends with
+// ErrPeerLost or ErrTimeout when the job breaks or the PE's timeout passes.
+func WaitUntil[T AtomicElem](s Sym[T], i int, cmp Cmp, v T) error {
+	pe, err := localCheck(s, cmp)
+	if err != nil {
+		return err
+	}
+	if err := indexCheck(i, s.n); err != nil {
+		return err
+	}
+	return pe.await(func() bool { return compare(loadLocal(s, i), cmp, v) },
+		func() string { return fmt.Sprintf("element %d at offset %d to be %v %v", i, s.off, cmp, v) })
+}
+
+// Test reports whether element i of this PE's own copy of s satisfies
+// cmp v, without waiting.
+func Test[T AtomicElem](s Sym[T], i int, cmp Cmp, v T) (bool, error) {
+	if _, err := localCheck(s, cmp); err != nil {
+		return false, err
+	}
+	if err := indexCheck(i, s.n); err != nil {
+		return false, err
+	}
+	return compare(loadLocal(s, i), cmp, v), nil
+}
+
+// selected lists the indices a mask selects: mask[i] true means element i
+// takes part; a nil mask selects every element.
+func selected(mask []bool, n int) ([]int, error) {
+	if mask != nil && len(mask) != n {
+		return nil, fmt.Errorf("shmem: mask of %d entries for a %d-element object: %w", len(mask), n, ErrOutOfBounds)
+	}
+	idx := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		if mask == nil || mask[i] {
+			idx = append(idx, i)
+		}
+	}
+	return idx, nil
+}
+
+// WaitUntilAll blocks until every selected element satisfies cmp v.
+func WaitUntilAll[T AtomicElem](s Sym[T], mask []bool, cmp Cmp, v T) error {
+	pe, err := localCheck(s, cmp)
+	if err != nil {
+		return err
+	}
+	idx, err := selected(mask, s.n)
+	if err != nil {
+		return err
+	}
+	next := 0 // elements before next are known to hold (they never change back in well-formed use, but re-check at the end)
+	cond := func() bool {
+		for next < len(idx) && compare(loadLocal(s, idx[next]), cmp, v) {
+			next++
+		}
+		return next == len(idx)
+	}
+	return pe.await(cond, func() string {
+		return fmt.Sprintf("all %d selected elements at offset %d to be %v %v (%d done)", len(idx), s.off, cmp, v, next)
+	})
+}
+
+// WaitUntilAny blocks until some selected element satisfies cmp v and
+// returns its index; -1 at once when nothing is selected.
+func WaitUntilAny[T AtomicElem](s Sym[T], mask []bool, cmp Cmp, v T) (int, error) {
+	pe, err := localCheck(s, cmp)
+	if err != nil {
+		return -1, err
+	}
+	idx, err := selected(mask, s.n)
+	if err != nil || len(idx) == 0 {
+		return -1, err
+	}
+	found := -1
+	cond := func() bool {
+		for _, i := range idx {
+			if compare(loadLocal(s, i), cmp, v) {
+				found = i
+				return true
+			}
+		}
+		return false
+	}
+	if err := pe.await(cond, func() string {
+		return fmt.Sprintf("any of %d selected elements at offset %d to be %v %v", len(idx), s.off, cmp, v)
+	}); err != nil {
+		return -1, err
+	}
+	return found, nil
+}
+
+// WaitUntilSome blocks until at least one selected element satisfies
+// cmp v and returns every selected index that does.
+func WaitUntilSome[T AtomicElem](s Sym[T], mask []bool, cmp Cmp, v T) ([]int, error) {
+	pe, err := localCheck(s, cmp)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := selected(mask, s.n)
+	if err != nil || len(idx) == 0 {
+		return nil, err
+	}
+	var got []int
+	cond := func() bool {
+		got = got[:0]
+		for _, i := range idx {
+			if compare(loadLocal(s, i), cmp, v) {
+				got = append(got, i)
+			}
+		}
+		return len(got) > 0
+	}
+	if err := pe.await(cond, func() string {
+		return fmt.Sprintf("some of %d selected elements at offset %d to be %v %v", len(idx), s.off, cmp, v)
+	}); err != nil {
+		return nil, err
+	}
+	return got, nil
+}
