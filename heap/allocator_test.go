@@ -835,7 +835,7 @@ func FuzzAllocator(f *testing.F) {
 		ragged := uint64(data[0] & 7)          // extra bytes rounded off the end
 		m := newModel(t, base, units*minAlign+ragged, minAlign)
 		data = data[2:]
-		for n := 0; len(data) >= 3 && n < 512; n++ {
+		for n := 0; len(data) >= 3 && n < 64; n++ {
 			op, p1, p2 := data[0], data[1], data[2]
 			data = data[3:]
 			switch op & 3 {

@@ -163,3 +163,20 @@ func Store64(mem []byte, off uint64, v uint64) {
 func Ptr32(mem []byte, off uint64) *uint32 {
 	return (*uint32)(unsafe.Pointer(unsafe.SliceData(mem[off:])))
 }
+
+// sleepTable is the sleep table of the segment mem.
+func sleepTable(mem []byte) *[SleepSlots]uint64 {
+	return (*[SleepSlots]uint64)(unsafe.Pointer(unsafe.SliceData(mem[TableOff : TableOff+8*SleepSlots])))
+}
+
+// ClaimSleepSlot puts entry into a free slot of mem's sleep table and
+// returns the slot's offset, or 0 when the table is full.
+func ClaimSleepSlot(mem []byte, entry uint64) uint64 {
+	tbl := sleepTable(mem)
+	for i := range tbl {
+		if atomic.LoadUint64(&tbl[i]) == 0 && atomic.CompareAndSwapUint64(&tbl[i], 0, entry) {
+			return TableOff + 8*uint64(i)
+		}
+	}
+	return 0
+}

@@ -1,5 +1,7 @@
 package heap
 
+import "sync/atomic"
+
 // The layout of a segment. Every PE's segment has the same layout, so a
 // reserved word has the same offset on every PE, like any symmetric
 // object. docs/shared-memory.md holds the normative version of this table.
@@ -17,8 +19,12 @@ package heap
 //	36                28      zero
 //	WakeOff  = 64     4       futex word: bumped by a writer that sees sleepers
 //	SleepOff = 128    4       number of the owner's goroutines asleep on WakeOff
+//	WildOff  = 132    4       of those, how many watch a range the sleep table can't hold
 //	AgreeOff = 192    64      collective-call descriptor checked under SHMEM_DEBUG
-//	256               3840    zero (room for later runtime words)
+//	TableOff = 256    16*8    sleep table: what each sleeper watches, as
+//	                          offset<<20 | length (length 0xFFFFF: to the end
+//	                          of the segment; 0: an empty entry)
+//	384               3712    zero (room for later runtime words)
 //	TeamsOff = 4096   MaxTeams * TeamSlotSize: team slots, see below
 //	HeapBase          heap    the symmetric heap managed by the Allocator
 //
@@ -43,9 +49,13 @@ const (
 	HdrHeapOff    = 24
 	HdrPidOff     = 32
 
-	WakeOff  = 64
-	SleepOff = 128
-	AgreeOff = 192
+	WakeOff      = 64
+	SleepOff     = 128
+	WildOff      = 132
+	AgreeOff     = 192
+	TableOff     = 256
+	SleepSlots   = 16
+	tableLenBits = 20
 
 	TeamsOff       = 4096
 	MaxTeams       = 1024 // live team slots per PE, including the world and shared teams
@@ -88,4 +98,32 @@ func (s *Segment) CheckHeader(rank int) bool {
 		*Ptr32(s.mem, HdrRankOff) == uint32(rank) &&
 		Load64(s.mem, HdrSizeOff) == uint64(len(s.mem)) &&
 		Load64(s.mem, HdrHeapOff) == HeapBase
+}
+
+// SleepEntry packs a watched byte range into a sleep-table entry.
+func SleepEntry(off, n uint64) uint64 {
+	const maxLen = 1<<tableLenBits - 1
+	return off<<tableLenBits | min(max(n, 1), maxLen)
+}
+
+// Watched reports whether a write of n bytes at off touches a range a
+// sleeper of the segment mem has put in its sleep table. It reads the
+// table with atomic loads; the caller has read a non-zero sleeper count.
+func Watched(mem []byte, off, n uint64) bool {
+	const maxLen = 1<<tableLenBits - 1
+	tbl := sleepTable(mem)
+	if atomic.LoadUint32(Ptr32(mem, WildOff)) != 0 {
+		return true
+	}
+	for i := range tbl {
+		e := atomic.LoadUint64(&tbl[i])
+		if e == 0 {
+			continue
+		}
+		eo, el := e>>tableLenBits, e&maxLen
+		if eo < off+n && (el == maxLen || off < eo+el) {
+			return true
+		}
+	}
+	return false
 }

@@ -23,7 +23,7 @@ func amo[T AtomicElem](s Sym[T], i int, op heap.AtomicOp, v, cond T, target int)
 	}
 	old := heap.AtomicAt(p.mem, off, sizeOf[T](), op, toBits(v), toBits(cond))
 	if op != heap.OpFetch {
-		notifyAtomic(p)
+		notifyAtomic(p, off, uint64(sizeOf[T]()))
 	}
 	return fromBits[T](old), nil
 }

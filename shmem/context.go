@@ -35,20 +35,12 @@ func (c *Context) check() error {
 
 // Fence orders the context's operations to each target.
 func (c *Context) Fence() error {
-	if err := c.check(); err != nil {
-		return err
-	}
-	c.pe.fullFence()
-	return nil
+	return c.check()
 }
 
 // Quiet completes every operation issued through the context.
 func (c *Context) Quiet() error {
-	if err := c.check(); err != nil {
-		return err
-	}
-	c.pe.fullFence()
-	return nil
+	return c.check()
 }
 
 // Close completes the context's operations and releases it. Operations

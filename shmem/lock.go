@@ -129,7 +129,7 @@ func (pe *PE) acquire(off uint64, home int, try bool) error {
 	if _, err := pe.rawAtomic(int(prev-1), off+4, 4, heap.OpFetchOr, me, 0); err != nil {
 		return err
 	}
-	return pe.await(func() bool { return pe.myNode(off)&lockGranted != 0 },
+	return pe.await(off+4, 4, func() bool { return pe.myNode(off)&lockGranted != 0 },
 		func() string { return fmt.Sprintf("the lock at offset %d from PE %d", off, prev-1) })
 }
 
@@ -155,7 +155,7 @@ func ClearLock(l Sym[int64]) error {
 			return nil
 		}
 		// A successor swapped itself in and is about to link.
-		if err := pe.await(func() bool { return pe.myNode(off)&^lockGranted != 0 },
+		if err := pe.await(off+4, 4, func() bool { return pe.myNode(off)&^lockGranted != 0 },
 			func() string { return fmt.Sprintf("the next PE to link behind the lock at offset %d", off) }); err != nil {
 			return err
 		}

@@ -30,10 +30,10 @@ type PE struct {
 	allocs  uint64 // collective allocation calls so far (guarded by allocMu)
 
 	world, shared *Team
-	teamMu        sync.Mutex               // guards teamUsed
+	teamMu        sync.Mutex                 // guards teamUsed
 	teamUsed      [heap.MaxTeams / 64]uint64 // bit i set: team slot i is in use on this PE
 
-	locksMu sync.Mutex             // guards locks
+	locksMu sync.Mutex            // guards locks
 	locks   map[uint64]*lockState // per lock word: orders this PE's goroutines
 
 	finalized atomic.Bool
@@ -115,20 +115,20 @@ func (pe *PE) peer(target int) (*peer, error) {
 func (pe *PE) fullFence() { pe.fenceWord.Add(1) }
 
 // notify wakes the PE behind p if any of its goroutines sleeps, after a
-// plain store into its memory. The fence makes the store visible before
+// plain store of n bytes at off into its memory. The fence makes the store visible before
 // the sleeper count is read; the sleeper increments its count before its
 // last check of the condition, so one of the two sees the other.
-func (pe *PE) notify(p *peer) {
+func (pe *PE) notify(p *peer, off, n uint64) {
 	pe.fullFence()
-	if atomic.LoadUint32(p.sleepers) != 0 {
-		wake(p.wake)
-	}
+	notifyAtomic(p, off, n)
 }
 
 // notifyAtomic is notify after an atomic read-modify-write or store,
-// which is itself a full fence.
-func notifyAtomic(p *peer) {
-	if atomic.LoadUint32(p.sleepers) != 0 {
+// which is itself a full fence. Only a sleeper watching a range the
+// write touches is woken, so writes to a PE whose goroutines sleep on
+// other words cost no system call.
+func notifyAtomic(p *peer, off, n uint64) {
+	if atomic.LoadUint32(p.sleepers) != 0 && heap.Watched(p.mem, off, n) {
 		wake(p.wake)
 	}
 }

@@ -18,7 +18,7 @@ func Put[T Elem](dst Sym[T], src []T, target int) error {
 		return nil
 	}
 	copy(p.mem[off:], asBytes(src))
-	pe.notify(p)
+	pe.notify(p, off, uint64(len(src)*sizeOf[T]()))
 	return nil
 }
 
@@ -39,7 +39,7 @@ func P[T Elem](dst Sym[T], i int, v T, target int) error {
 		return err
 	}
 	viewAs[T](p.mem, off, 1)[0] = v
-	pe.notify(p)
+	pe.notify(p, off, uint64(sizeOf[T]()))
 	return nil
 }
 
@@ -79,7 +79,7 @@ func IPut[T Elem](dst Sym[T], dstStride int, src []T, srcStride, n, target int) 
 	for k := 0; k < n; k++ {
 		d[k*dstStride] = src[k*srcStride]
 	}
-	pe.notify(p)
+	pe.notify(p, off, uint64(((n-1)*dstStride+1)*sizeOf[T]()))
 	return nil
 }
 
@@ -149,7 +149,8 @@ func PutSignal[T Elem](dst Sym[T], src []T, sig Sym[uint64], v uint64, op Signal
 	} else {
 		heap.AtomicAt(sp.mem, soff, 8, heap.OpFetchAdd, v, 0)
 	}
-	notifyAtomic(sp)
+	notifyAtomic(p, off, uint64(len(src)*sizeOf[T]()))
+	notifyAtomic(sp, soff, 8)
 	return nil
 }
 
@@ -176,22 +177,17 @@ func SignalFetch(sig Sym[uint64]) (uint64, error) {
 // Fence orders this PE's puts, atomics and signals to each target on the
 // default context: those issued before it are delivered before those
 // issued after it.
+//
+// Over shared memory every put already ends with a full fence (see
+// notify) and every atomic is one, so Fence and Quiet only check the PE.
 func (pe *PE) Fence() error {
-	if err := pe.alive(); err != nil {
-		return err
-	}
-	pe.fullFence()
-	return nil
+	return pe.alive()
 }
 
 // Quiet completes every put, non-blocking operation and signal this PE
 // issued on the default context: each is visible at its target.
 func (pe *PE) Quiet() error {
-	if err := pe.alive(); err != nil {
-		return err
-	}
-	pe.fullFence()
-	return nil
+	return pe.alive()
 }
 
 // PEQuiet is Quiet for operations to the given targets only.
@@ -201,7 +197,6 @@ func (pe *PE) PEQuiet(targets ...int) error {
 			return err
 		}
 	}
-	pe.fullFence()
 	return nil
 }
 

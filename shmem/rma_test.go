@@ -81,8 +81,12 @@ var _ = register("every-type", func(pe *shmem.PE) error {
 		func() error { return roundTrip(pe, func(p, i int) uintptr { return uintptr(p)<<30 + uintptr(i) }) },
 		func() error { return roundTrip(pe, func(p, i int) float32 { return float32(p) + float32(i)/8 }) },
 		func() error { return roundTrip(pe, func(p, i int) float64 { return float64(p)*1e10 + float64(i)/3 }) },
-		func() error { return roundTrip(pe, func(p, i int) complex64 { return complex(float32(p), float32(-i)) }) },
-		func() error { return roundTrip(pe, func(p, i int) complex128 { return complex(float64(i), float64(p)/7) }) },
+		func() error {
+			return roundTrip(pe, func(p, i int) complex64 { return complex(float32(p), float32(-i)) })
+		},
+		func() error {
+			return roundTrip(pe, func(p, i int) complex128 { return complex(float64(i), float64(p)/7) })
+		},
 	} {
 		if err := f(); err != nil {
 			return err

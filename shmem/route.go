@@ -12,7 +12,7 @@ func (pe *PE) rawAtomic(target int, off uint64, width int, op heap.AtomicOp, v, 
 	}
 	old := heap.AtomicAt(p.mem, off, width, op, v, cond)
 	if op != heap.OpFetch {
-		notifyAtomic(p)
+		notifyAtomic(p, off, uint64(width))
 	}
 	return old, nil
 }

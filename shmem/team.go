@@ -123,7 +123,7 @@ func (t *Team) syncLocked() error {
 			return err
 		}
 		from := t.members[(t.me-d%n+n)%n]
-		if err := pe.await(func() bool { return heap.Load64(pe.mem, off) >= e },
+		if err := pe.await(off, 8, func() bool { return heap.Load64(pe.mem, off) >= e },
 			func() string {
 				return fmt.Sprintf("barrier %d of a %d-PE team (round %d: PE %d)", e, n, r, from)
 			}); err != nil {
@@ -135,7 +135,7 @@ func (t *Team) syncLocked() error {
 
 // The scratch words a member publishes for a team-creating call.
 const (
-	descWords   = 6  // seq, kind, three arguments, validity
+	descWords   = 6 // seq, kind, three arguments, validity
 	bitmapWords = heap.MaxTeams / 64
 	bitmapOff   = 64 // inside the scratch area
 	kindSplit   = 1

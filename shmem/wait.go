@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-
 	"github.com/goshmem/goshmem/heap"
 )
 
@@ -25,10 +24,11 @@ const (
 	spinBetween = 64 // condition checks between clock reads
 )
 
-// await returns nil once cond is true. It fails with ErrTimeout (naming
-// what) after the PE's timeout, and with the job's error when a peer is
-// lost or the PE is finalized. cond must only read memory.
-func (pe *PE) await(cond func() bool, what func() string) error {
+// await returns nil once cond is true. cond must only read the n bytes
+// at off of this PE's segment (writers there wake a sleeping await). It
+// fails with ErrTimeout (naming what) after the PE's timeout, and with
+// the job's error when a peer is lost or the PE is finalized.
+func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
 	if cond() {
 		return nil
 	}
@@ -62,6 +62,16 @@ func (pe *PE) await(cond func() bool, what func() string) error {
 		}
 	}
 	me := &pe.peers[pe.rank]
+	// Say what we watch, so that only writers to it wake us; when the
+	// table is full, count as a sleeper every writer wakes.
+	slot := heap.ClaimSleepSlot(pe.mem, heap.SleepEntry(off, n))
+	wild := heap.Ptr32(pe.mem, heap.WildOff)
+	if slot == 0 {
+		atomic.AddUint32(wild, 1)
+		defer atomic.AddUint32(wild, ^uint32(0))
+	} else {
+		defer heap.Store64(pe.mem, slot, 0)
+	}
 	nap := firstSleep
 	for {
 		seq := atomic.LoadUint32(me.wake)
@@ -180,7 +190,8 @@ func WaitUntil[T AtomicElem](s Sym[T], i int, cmp Cmp, v T) error {
 	if err := indexCheck(i, s.n); err != nil {
 		return err
 	}
-	return pe.await(func() bool { return compare(loadLocal(s, i), cmp, v) },
+	sz := uint64(sizeOf[T]())
+	return pe.await(s.off+uint64(i)*sz, sz, func() bool { return compare(loadLocal(s, i), cmp, v) },
 		func() string { return fmt.Sprintf("element %d at offset %d to be %v %v", i, s.off, cmp, v) })
 }
 
@@ -228,7 +239,7 @@ func WaitUntilAll[T AtomicElem](s Sym[T], mask []bool, cmp Cmp, v T) error {
 		}
 		return next == len(idx)
 	}
-	return pe.await(cond, func() string {
+	return pe.await(s.off, uint64(s.n*sizeOf[T]()), cond, func() string {
 		return fmt.Sprintf("all %d selected elements at offset %d to be %v %v (%d done)", len(idx), s.off, cmp, v, next)
 	})
 }
@@ -254,7 +265,7 @@ func WaitUntilAny[T AtomicElem](s Sym[T], mask []bool, cmp Cmp, v T) (int, error
 		}
 		return false
 	}
-	if err := pe.await(cond, func() string {
+	if err := pe.await(s.off, uint64(s.n*sizeOf[T]()), cond, func() string {
 		return fmt.Sprintf("any of %d selected elements at offset %d to be %v %v", len(idx), s.off, cmp, v)
 	}); err != nil {
 		return -1, err
@@ -283,7 +294,7 @@ func WaitUntilSome[T AtomicElem](s Sym[T], mask []bool, cmp Cmp, v T) ([]int, er
 		}
 		return len(got) > 0
 	}
-	if err := pe.await(cond, func() string {
+	if err := pe.await(s.off, uint64(s.n*sizeOf[T]()), cond, func() string {
 		return fmt.Sprintf("some of %d selected elements at offset %d to be %v %v", len(idx), s.off, cmp, v)
 	}); err != nil {
 		return nil, err
