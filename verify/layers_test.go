@@ -1,0 +1,51 @@
+package verify
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/goshmem/goshmem"
+
+// The layering of architecture.md: heap and netmesh never import shmem;
+// ring and collective reach the runtime only through shmem.
+func TestImportRules(t *testing.T) {
+	forbidden := map[string][]string{
+		"heap":       {"shmem", "netmesh", "ring", "collective"},
+		"netmesh":    {"shmem", "ring", "collective"},
+		"ring":       {"heap", "netmesh", "internal"},
+		"collective": {"heap", "netmesh", "internal", "ring"},
+	}
+	for pkg, bad := range forbidden {
+		files, err := filepath.Glob(filepath.Join("..", pkg, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			af, err := parser.ParseFile(token.NewFileSet(), f, src, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range af.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				for _, b := range bad {
+					if path == module+"/"+b || strings.HasPrefix(path, module+"/"+b+"/") {
+						t.Errorf("%s imports %s: the %s layer must not depend on %s", f, path, pkg, b)
+					}
+				}
+			}
+		}
+	}
+}
