@@ -1,0 +1,41 @@
+// Package shmem is goshmem's public API: one-sided, symmetric-heap RMA in
+// the style of OpenSHMEM 1.5, spelled the Go way.
+//
+// A job is N processing elements (PEs), numbered 0..N-1. Each PE owns a
+// symmetric heap; Malloc is collective and places an object at the same
+// offset on every PE, so a Sym[T] names "that object" on any PE. A PE
+// reads and writes other PEs' copies without their participation (Put,
+// Get, P, G, the atomics), orders and completes its operations (Fence,
+// Quiet), synchronises (BarrierAll, SyncAll, WaitUntil, locks) and works
+// on subsets of PEs through teams.
+//
+// Start a job with Init (under the goshrun launcher, or alone as a job of
+// one PE) or with Run (N PEs as goroutines of this process):
+//
+//	pe, err := shmem.Init()
+//	if err != nil { ... }
+//	defer pe.Finalize()
+//	x, err := shmem.Malloc[int64](pe, 1)
+//	err = shmem.AtomicAdd(x, 0, 1, 0) // add one to x on PE 0
+//	err = pe.BarrierAll()
+//
+// Same-host PEs map each other's heaps: a put is a copy, an atomic is a
+// hardware atomic on the shared word, and Fence/Quiet cost nothing more.
+//
+// Caveats:
+//   - A *PE is safe for concurrent use by many goroutines. Collective
+//     calls (Malloc, Free, barriers, team creation, Finalize) must be made
+//     by every PE in the same order; concurrent team-creating calls of one
+//     PE are serialised and may wait for each other.
+//   - Slices from Sym.Local and Ptr alias the shared heap: other PEs may
+//     write them at any time, and they are invalid after Free, Realloc or
+//     Finalize (using them then faults). Synchronise with the atomics and
+//     waits, not with plain loads in a loop.
+//   - Every wait on other PEs ends: with ErrPeerLost when a PE of the job
+//     died or failed, with ErrTimeout after the PE's timeout
+//     (GOSHMEM_TIMEOUT, WithTimeout; default two minutes).
+//   - Errors wrap the sentinels (ErrBadPE, ErrOutOfBounds, ...) with the
+//     numbers that explain them; compare with errors.Is. A user mistake
+//     is an error, never a panic, and never a write outside the object.
+//   - Finalize must not run concurrently with other calls on the same PE.
+package shmem
