@@ -19,7 +19,8 @@ type PE struct {
 	rank, npes int
 	cfg        Config
 	host       string
-	cacheLine  int // agreed by all PEs: the allocator's minimum alignment
+	cacheLine  int  // agreed by all PEs: the allocator's minimum alignment
+	oversub    bool // this host runs more PEs than it has CPUs: waits yield at once
 
 	seg   *heap.Segment // this PE's own segment
 	mem   []byte        // seg.Bytes()

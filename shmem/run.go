@@ -190,6 +190,7 @@ func (pe *PE) makeTeams() {
 	}
 	pe.world = newTeam(pe, 0, all)
 	pe.world.predefined = true
+	pe.oversub = len(local) > runtime.NumCPU()
 	pe.shared = newTeam(pe, 1, local)
 	pe.shared.predefined = true
 	pe.useSlot(0)

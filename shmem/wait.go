@@ -15,10 +15,15 @@ import (
 // outnumber cores), then sleeps on the PE's futex word in growing slices.
 // Writers wake sleepers they can see; the slices bound what a missed wake
 // could cost and let the wait notice a lost peer or its timeout.
+//
+// When this host's PEs outnumber its CPUs, the PE that would end the wait
+// is likely not running: spinning only burns its time, so the spin is cut
+// to a few checks and the wait yields the CPU at once (to other goroutine
+// PEs under Run, to other processes otherwise).
 const (
 	spinFor     = 4 * time.Microsecond
 	goschedFor  = 20 * time.Microsecond
-	yieldFor    = 200 * time.Microsecond
+	yieldFor    = 300 * time.Microsecond
 	firstSleep  = 100 * time.Microsecond
 	longestNap  = 20 * time.Millisecond
 	spinBetween = 64 // condition checks between clock reads
@@ -39,17 +44,20 @@ func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
 				return nil
 			}
 		}
-		if time.Since(start) > spinFor {
+		if pe.oversub || time.Since(start) > spinFor {
 			break
 		}
 	}
 	for i := 0; ; i++ {
 		el := time.Since(start)
-		if el < goschedFor {
-			runtime.Gosched()
-		} else if el < yieldFor {
-			heap.Yield()
-		} else {
+		switch {
+		case el >= yieldFor:
+		case pe.job != nil || (el < goschedFor && !pe.oversub):
+			runtime.Gosched() // other goroutines, including Run's other PEs
+		default:
+			heap.Yield() // other processes
+		}
+		if el >= yieldFor {
 			break
 		}
 		if cond() {
