@@ -22,7 +22,8 @@ type Config struct {
 	// bootstrap (GOSHMEM_TIMEOUT). Default DefaultTimeout.
 	Timeout time.Duration
 	// Hosts gives Run's PEs pretend host names, one per PE: PEs with
-	// different names do not map each other's heaps.
+	// different names do not map each other's heaps. Until netmesh
+	// carries the remote path, Run refuses PEs on different hosts.
 	Hosts []string
 	// Debug enables extra checks, such as agreement of all PEs on every
 	// collective allocation (SHMEM_DEBUG).
@@ -97,8 +98,9 @@ func loadConfig(opts []Option) (Config, error) {
 		// A heap smaller than 1 MiB is always a mistake (a forgotten suffix).
 		return c, fmt.Errorf("shmem: symmetric heap of %d bytes is below the 1 MiB minimum (SHMEM_SYMMETRIC_SIZE takes K, M, G suffixes): %w", c.HeapSize, errs.Invalid)
 	}
-	if c.HeapSize > 1<<44 {
-		return c, fmt.Errorf("shmem: symmetric heap of %d bytes is above the 16 TiB maximum: %w", c.HeapSize, errs.Invalid)
+	if c.HeapSize > 1<<43 {
+		// Sleep-table entries hold offsets below 2^44 (heap/layout.go).
+		return c, fmt.Errorf("shmem: symmetric heap of %d bytes is above the 8 TiB maximum: %w", c.HeapSize, errs.Invalid)
 	}
 	if c.Timeout <= 0 {
 		return c, fmt.Errorf("shmem: timeout %v must be positive: %w", c.Timeout, errs.Invalid)
@@ -109,8 +111,8 @@ func loadConfig(opts []Option) (Config, error) {
 func parseDuration(v string) (time.Duration, error) {
 	v = strings.TrimSpace(v)
 	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		if f <= 0 || f > 1e9 {
-			return 0, errs.Invalid
+		if !(f > 0 && f <= 1e9) || time.Duration(f*float64(time.Second)) <= 0 {
+			return 0, errs.Invalid // also NaN and below a nanosecond
 		}
 		return time.Duration(f * float64(time.Second)), nil
 	}

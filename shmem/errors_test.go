@@ -226,3 +226,34 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatalf("bad GOSHMEM_TIMEOUT: %v", err)
 	}
 }
+
+func TestReallocKeepsAlignment(t *testing.T) {
+	err := shmem.Run(2, func(pe *shmem.PE) error {
+		a, err := shmem.Align[int64](pe, 4096, 10)
+		if err != nil {
+			return err
+		}
+		blocker, err := shmem.Malloc[int64](pe, 10) // stops a from growing in place
+		if err != nil {
+			return err
+		}
+		a.Local()[9] = int64(pe.MyPE() + 100)
+		b, err := shmem.Realloc(a, 10000)
+		if err != nil {
+			return err
+		}
+		if b.Offset()%4096 != 0 || b.Offset() == a.Offset() {
+			return fmt.Errorf("moved Realloc of a 4096-aligned object landed at %d (from %d)", b.Offset(), a.Offset())
+		}
+		if b.Local()[9] != int64(pe.MyPE()+100) {
+			return fmt.Errorf("Realloc lost the contents")
+		}
+		if err := shmem.Free(blocker); err != nil {
+			return err
+		}
+		return shmem.Free(b)
+	}, shmem.WithHeapSize(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,12 +1,14 @@
 package shmem_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/launch"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -70,6 +72,38 @@ var routes = []route{
 	{"goroutines", func(t *testing.T, n int, name string, s scenario) error {
 		return shmem.Run(n, s, shmem.WithTimeout(60*time.Second), shmem.WithHeapSize(16<<20))
 	}},
+	{"processes", func(t *testing.T, n int, name string, s scenario) error {
+		return runProcesses(t, n, name, nil)
+	}},
+}
+
+// runProcesses launches n copies of this test binary as a job running
+// scenario name.
+func runProcesses(t *testing.T, n int, name string, extraEnv []string) error {
+	t.Helper()
+	if testing.Short() && n > 4 {
+		t.Skip("-short: skipping a job of more than 4 processes")
+	}
+	var out safeBuffer
+	job := &launch.Job{
+		N:       n,
+		Program: os.Args[0],
+		Args:    []string{"-test.run=^$"},
+		Env: append([]string{envScenario + "=" + name, "GOSHMEM_TIMEOUT=60s",
+			"SHMEM_SYMMETRIC_SIZE=16M"}, extraEnv...),
+		Timeout:   3 * time.Minute,
+		TagOutput: true,
+		Stdout:    &out,
+		Stderr:    &out,
+	}
+	code, err := job.Run(context.Background())
+	if err != nil {
+		return fmt.Errorf("launch: %v\n%s", err, out.String())
+	}
+	if code != 0 {
+		return fmt.Errorf("job exited %d:\n%s", code, out.String())
+	}
+	return nil
 }
 
 // each runs scenario name on every route for every PE count.

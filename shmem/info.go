@@ -22,7 +22,7 @@ const (
 // Route describes how this PE reaches one PE of the job.
 type Route struct {
 	PE   int
-	Kind string // "self", "shm" (heap mapped here) or "tcp"
+	Kind string // "self", "shm" (heap mapped here) or "none" (no route: a remote PE, which needs netmesh)
 	Host string
 	Addr string // tcp: the peer's address
 }

@@ -130,9 +130,10 @@ func joinJob(cfg Config, env boot.Env, host string) (pe *PE, err error) {
 		return nil, err
 	}
 	pe.boot, pe.unixLn = bc, ln
+	self := pe
 	defer func() {
 		if err != nil {
-			pe.closeProcess()
+			self.closeProcess()
 		}
 	}()
 	me := endpoint{Rank: env.Rank, Host: host, Pid: os.Getpid(), Sock: sock, SegSize: seg.Size(),
@@ -156,6 +157,10 @@ func joinJob(cfg Config, env boot.Env, host string) (pe *PE, err error) {
 		if ep.HeapSize != cfg.HeapSize || ep.SegSize != seg.Size() {
 			return nil, fmt.Errorf("shmem: PE %d has a %d-byte symmetric heap, PE %d a %d-byte one (set SHMEM_SYMMETRIC_SIZE alike everywhere): %w",
 				r, ep.HeapSize, env.Rank, cfg.HeapSize, ErrAsymmetric)
+		}
+		if ep.Debug != cfg.Debug {
+			return nil, fmt.Errorf("shmem: SHMEM_DEBUG is %v on PE %d but %v on PE %d (the checks add collective steps; set it alike everywhere): %w",
+				ep.Debug, r, cfg.Debug, env.Rank, ErrAsymmetric)
 		}
 		if ep.Version != Version {
 			return nil, fmt.Errorf("shmem: PE %d runs goshmem %s, PE %d runs %s: %w", r, ep.Version, env.Rank, Version, ErrAsymmetric)

@@ -3,6 +3,7 @@ package shmem
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/goshmem/goshmem/heap"
 )
@@ -67,7 +68,9 @@ func SetLock(l Sym[int64]) error {
 		return err
 	}
 	ls := pe.lockFor(off)
-	ls.held <- struct{}{}
+	if err := pe.takeLocal(ls, off); err != nil {
+		return err
+	}
 	if err := pe.acquire(off, home, false); err != nil {
 		<-ls.held
 		return err
@@ -98,6 +101,34 @@ func TestLock(l Sym[int64]) (bool, error) {
 }
 
 var errLockBusy = fmt.Errorf("shmem: lock busy")
+
+// takeLocal queues this goroutine behind the PE's other goroutines on the
+// lock, with the same bounds as any wait: the PE's timeout and the job's
+// health.
+func (pe *PE) takeLocal(ls *lockState, off uint64) error {
+	select {
+	case ls.held <- struct{}{}:
+		return nil
+	default:
+	}
+	deadline := time.Now().Add(pe.cfg.Timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case ls.held <- struct{}{}:
+			return nil
+		case <-tick.C:
+			if err := pe.alive(); err != nil {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("shmem: PE %d waited %v for another of its goroutines to release the lock at offset %d: %w",
+					pe.rank, pe.cfg.Timeout, off, ErrTimeout)
+			}
+		}
+	}
+}
 
 func (pe *PE) acquire(off uint64, home int, try bool) error {
 	me := uint64(pe.rank + 1)

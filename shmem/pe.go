@@ -90,7 +90,7 @@ func (pe *PE) SameHost(target int) bool {
 	return target >= 0 && target < pe.npes && pe.peers[target].mem != nil
 }
 
-// checkPE returns the peer for target, or ErrBadPE / ErrFinalized /
+// peer returns the route to target, or ErrBadPE / ErrFinalized /
 // ErrPeerLost.
 func (pe *PE) peer(target int) (*peer, error) {
 	if uint(target) >= uint(pe.npes) {

@@ -192,6 +192,9 @@ func (pe *PE) Quiet() error {
 
 // PEQuiet is Quiet for operations to the given targets only.
 func (pe *PE) PEQuiet(targets ...int) error {
+	if err := pe.alive(); err != nil {
+		return err
+	}
 	for _, t := range targets {
 		if _, err := pe.peer(t); err != nil {
 			return err

@@ -88,9 +88,7 @@ func Run(n int, fn func(pe *PE) error, opts ...Option) error {
 		}
 		pe.makeTeams()
 	}
-	if cfg.Info {
-		fmt.Fprintln(os.Stderr, job.pes[0].Info())
-	}
+	job.pes[0].startInfo()
 	var wg sync.WaitGroup
 	for _, pe := range job.pes {
 		wg.Add(1)

@@ -19,6 +19,7 @@ type block struct {
 	pe    *PE
 	off   uint64 // byte offset of the block in the segment
 	size  uint64 // bytes
+	align uint64 // the alignment asked for (0: the default)
 	freed atomic.Bool
 }
 
@@ -203,7 +204,7 @@ func (pe *PE) symAlloc(bytes, align uint64, op uint64) (*block, error) {
 	}
 	if bytes == 0 {
 		// No memory, no meeting: a zero-length object has no offset to agree on.
-		return &block{pe: pe, off: heap.HeapBase}, nil
+		return &block{pe: pe, off: heap.HeapBase, align: align}, nil
 	}
 	pe.allocMu.Lock()
 	off, err := pe.alloc.Alloc(bytes, align)
@@ -212,7 +213,7 @@ func (pe *PE) symAlloc(bytes, align uint64, op uint64) (*block, error) {
 		return nil, fmt.Errorf("shmem: PE %d: %w (SHMEM_SYMMETRIC_SIZE is %d bytes)", pe.rank, err, pe.cfg.HeapSize)
 	}
 	clear(pe.mem[off : off+bytes])
-	b := &block{pe: pe, off: off, size: bytes}
+	b := &block{pe: pe, off: off, size: bytes, align: align}
 	if err := pe.world.sync(); err != nil {
 		return nil, err
 	}
@@ -227,7 +228,7 @@ func (pe *PE) symRealloc(old *block, bytes uint64) (*block, error) {
 		return nil, err
 	}
 	if old.size == 0 || bytes == 0 {
-		nb, err := pe.symAllocNoAgree(bytes)
+		nb, err := pe.symAllocNoAgree(bytes, old.align)
 		if err != nil {
 			return nil, err
 		}
@@ -243,7 +244,7 @@ func (pe *PE) symRealloc(old *block, bytes uint64) (*block, error) {
 	grown, err := pe.alloc.Grow(old.off, bytes)
 	var off uint64
 	if err == nil && !grown {
-		off, err = pe.alloc.Alloc(bytes, 0)
+		off, err = pe.alloc.Alloc(bytes, old.align)
 		if err == nil {
 			copy(pe.mem[off:off+min(bytes, old.size)], pe.mem[old.off:old.off+min(bytes, old.size)])
 			err = pe.alloc.Free(old.off)
@@ -255,13 +256,11 @@ func (pe *PE) symRealloc(old *block, bytes uint64) (*block, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shmem: PE %d: Realloc to %d bytes: %w (SHMEM_SYMMETRIC_SIZE is %d bytes)", pe.rank, bytes, err, pe.cfg.HeapSize)
 	}
-	if bytes > old.size && off == old.off {
-		clear(pe.mem[off+old.size : off+bytes])
-	} else if bytes > old.size {
+	if bytes > old.size {
 		clear(pe.mem[off+old.size : off+bytes])
 	}
 	old.freed.Store(true)
-	nb := &block{pe: pe, off: off, size: bytes}
+	nb := &block{pe: pe, off: off, size: bytes, align: old.align}
 	if err := pe.world.sync(); err != nil {
 		return nil, err
 	}
@@ -270,18 +269,18 @@ func (pe *PE) symRealloc(old *block, bytes uint64) (*block, error) {
 
 // symAllocNoAgree allocates without the agreement step or the meeting
 // (Realloc has done both).
-func (pe *PE) symAllocNoAgree(bytes uint64) (*block, error) {
+func (pe *PE) symAllocNoAgree(bytes, align uint64) (*block, error) {
 	if bytes == 0 {
-		return &block{pe: pe, off: heap.HeapBase}, nil
+		return &block{pe: pe, off: heap.HeapBase, align: align}, nil
 	}
 	pe.allocMu.Lock()
-	off, err := pe.alloc.Alloc(bytes, 0)
+	off, err := pe.alloc.Alloc(bytes, align)
 	pe.allocMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("shmem: PE %d: %w (SHMEM_SYMMETRIC_SIZE is %d bytes)", pe.rank, err, pe.cfg.HeapSize)
 	}
 	clear(pe.mem[off : off+bytes])
-	return &block{pe: pe, off: off, size: bytes}, nil
+	return &block{pe: pe, off: off, size: bytes, align: align}, nil
 }
 
 func (pe *PE) symFree(b *block) error {

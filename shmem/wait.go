@@ -99,9 +99,7 @@ func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
 		if time.Since(start) > pe.cfg.Timeout {
 			return fmt.Errorf("shmem: PE %d waited %v for %s: %w", pe.rank, pe.cfg.Timeout, what(), ErrTimeout)
 		}
-		if nap < longestNap {
-			nap *= 2
-		}
+		nap = min(2*nap, longestNap)
 	}
 }
 
@@ -240,7 +238,9 @@ func WaitUntilAll[T AtomicElem](s Sym[T], mask []bool, cmp Cmp, v T) error {
 	if err != nil {
 		return err
 	}
-	next := 0 // elements before next are known to hold (they never change back in well-formed use, but re-check at the end)
+	// Elements before next were seen to hold; each is checked once, as
+	// OpenSHMEM's wait_until_all does (a later change back is not seen).
+	next := 0
 	cond := func() bool {
 		for next < len(idx) && compare(loadLocal(s, idx[next]), cmp, v) {
 			next++

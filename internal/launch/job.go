@@ -1,0 +1,421 @@
+package launch
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/goshmem/goshmem/internal/boot"
+	"github.com/goshmem/goshmem/internal/errs"
+)
+
+// Exit codes of Run besides those a PE chose.
+const (
+	// CodeTimeout: Job.Timeout passed and the job was killed (as
+	// coreutils timeout(1) does).
+	CodeTimeout = 124
+	// CodeFailure: the job could not start, was cancelled, or a PE lost
+	// its launcher connection without a failing exit status.
+	CodeFailure = 1
+	// codeSignalBase + n: a PE was killed by signal n, or the launcher
+	// forwarded signal n.
+	codeSignalBase = 128
+)
+
+// Defaults.
+const (
+	// DefaultGrace is the time between SIGTERM and SIGKILL.
+	DefaultGrace = 2 * time.Second
+	// lostWait is how long a lost launcher connection waits for the PE's
+	// exit status before the loss itself is reported as the failure.
+	lostWait = time.Second
+)
+
+// Job describes a job of N PE processes on this machine.
+type Job struct {
+	N         int
+	Program   string   // a binary path or command name, or a Go package (see Build)
+	Args      []string // the PEs' arguments
+	TagOutput bool     // prefix every output line with "[rank] "
+	// Timeout ends the job after this long (0: never); Run then returns
+	// CodeTimeout.
+	Timeout time.Duration
+	Env     []string // "K=V" entries added to os.Environ() for every PE
+	Hosts   []string // per-rank host identity (EnvHost); nil or len N
+	Stdout  io.Writer
+	Stderr  io.Writer
+	// Logf receives the launcher's own messages, without a prefix or a
+	// trailing newline. By default they go to Stderr as "goshrun: ...".
+	Logf func(format string, args ...any)
+	// Signals, if set, carries signals for the job (goshrun feeds it from
+	// signal.Notify). The first is forwarded to every PE's process group;
+	// PEs still running Grace later are killed, and Run returns 128 + the
+	// signal number. A signal that arrives while the job is already
+	// ending kills every PE at once.
+	Signals <-chan os.Signal
+	// Grace is the time between SIGTERM (or a forwarded signal) and
+	// SIGKILL; 0 means DefaultGrace.
+	Grace time.Duration
+}
+
+// Run builds the program if needed, starts a boot server on 127.0.0.1,
+// starts N PEs with the launcher environment (see the package doc), and
+// waits for them.
+//
+// It returns 0 when every PE exited 0. When a PE fails — exits non-zero,
+// is killed by a signal, or drops its boot connection without Bye — Run
+// reports it in one line, sends SIGTERM to every other PE's process
+// group, SIGKILL after Grace, and returns the failed PE's status (128 +
+// signal number if killed; CodeFailure for a lost connection with status
+// 0). When a PE asks for GlobalExit(code), the others are ended the same
+// way and Run returns code. On Timeout it returns CodeTimeout.
+//
+// err is non-nil only when the job could not run to an outcome (bad Job,
+// build or start failure, ctx done); exitCode is then CodeFailure. When
+// Run returns, every PE has been reaped, each PE's process group has
+// been sent SIGKILL, and no goroutine of Run remains.
+func (j *Job) Run(ctx context.Context) (exitCode int, err error) {
+	if err := j.validate(); err != nil {
+		return CodeFailure, err
+	}
+	r := &runner{job: j, grace: j.Grace}
+	if r.grace <= 0 {
+		r.grace = DefaultGrace
+	}
+	r.out = &output{stdout: j.Stdout, stderr: j.Stderr}
+	if r.out.stdout == nil {
+		r.out.stdout = os.Stdout
+	}
+	if r.out.stderr == nil {
+		r.out.stderr = os.Stderr
+	}
+	r.logf = j.Logf
+	if r.logf == nil {
+		errw := lockedWriter{r.out, r.out.stderr}
+		r.logf = func(format string, args ...any) {
+			fmt.Fprintf(errw, "goshrun: "+format+"\n", args...)
+		}
+	}
+
+	bin, cleanup, err := Build(j.Program)
+	if err != nil {
+		return CodeFailure, err
+	}
+	defer cleanup()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return CodeFailure, fmt.Errorf("launch: boot server: %w", err)
+	}
+	jobID, key := NewJobID(), NewKey()
+	r.srv = boot.NewServer(ln, jobID, key, j.N)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- r.srv.Serve(context.Background()) }()
+	defer func() {
+		r.srv.Close()
+		<-serveErr
+	}()
+
+	env := j.environ(jobID, key, ln.Addr().String())
+	if err := r.start(bin, env); err != nil {
+		return CodeFailure, err
+	}
+	return r.wait(ctx)
+}
+
+func (j *Job) validate() error {
+	switch {
+	case j.N < 1:
+		return fmt.Errorf("launch: %d PEs: %w", j.N, errs.Invalid)
+	case j.Program == "":
+		return fmt.Errorf("launch: no program: %w", errs.Invalid)
+	case j.Hosts != nil && len(j.Hosts) != j.N:
+		return fmt.Errorf("launch: %d hosts for %d PEs: %w", len(j.Hosts), j.N, errs.Invalid)
+	case j.Timeout < 0:
+		return fmt.Errorf("launch: timeout %v: %w", j.Timeout, errs.Invalid)
+	}
+	for _, kv := range j.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("launch: environment entry %q is not K=V: %w", kv, errs.Invalid)
+		}
+	}
+	return nil
+}
+
+// environ returns the environment of every PE, without the per-rank
+// variables: os.Environ() minus the names of the launcher contract (so
+// that a goshrun started from inside a PE does not pass on its own job's
+// settings), then j.Env, then the job's values. Later entries win
+// (os/exec keeps the last).
+func (j *Job) environ(jobID string, key []byte, rendezvous string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case boot.EnvRank, boot.EnvSize, boot.EnvJobID, boot.EnvKey,
+			boot.EnvRendezvous, boot.EnvLauncher, boot.EnvHost:
+		default:
+			env = append(env, kv)
+		}
+	}
+	env = append(env, j.Env...)
+	return append(env,
+		boot.EnvSize+"="+strconv.Itoa(j.N),
+		boot.EnvJobID+"="+jobID,
+		boot.EnvKey+"="+hex.EncodeToString(key),
+		boot.EnvRendezvous+"="+rendezvous,
+		boot.EnvLauncher+"="+boot.LauncherGoshrun,
+	)
+}
+
+// runner is one Run in progress.
+type runner struct {
+	job   *Job
+	grace time.Duration
+	out   *output
+	logf  func(format string, args ...any)
+	srv   *boot.Server
+
+	pes   []*pe
+	exits chan exitReport // one report per started PE; buffered for all
+}
+
+// pe is one PE process.
+type pe struct {
+	rank    int
+	cmd     *exec.Cmd
+	flush   []*lineWriter // tagged output to flush when the process ends
+	exited  bool          // reaped; its pid may be reused, so no more signals
+	spared  bool          // asked for GlobalExit: not sent SIGTERM
+	lostBye bool          // its boot connection dropped without Bye
+}
+
+type exitReport struct {
+	rank  int
+	state *os.ProcessState
+}
+
+// start starts every PE, and a goroutine per PE that reaps it. If one
+// cannot start, the started ones are killed and reaped.
+func (r *runner) start(bin string, env []string) error {
+	j := r.job
+	r.exits = make(chan exitReport, j.N)
+	cmds := make([]*exec.Cmd, j.N)
+	for rank := range j.N {
+		cmd := exec.Command(bin, j.Args...)
+		cmd.Env = append(env[:len(env):len(env)], boot.EnvRank+"="+strconv.Itoa(rank))
+		if j.Hosts != nil {
+			cmd.Env = append(cmd.Env, boot.EnvHost+"="+j.Hosts[rank])
+		}
+		// A PE that exits while something it started still holds its
+		// output pipes does not stall the job for more than a grace.
+		cmd.WaitDelay = r.grace
+		p := &pe{rank: rank, cmd: cmd}
+		cmd.Stdout = r.stream(p, r.out.stdout, rank)
+		cmd.Stderr = r.stream(p, r.out.stderr, rank)
+		cmds[rank] = cmd
+		r.pes = append(r.pes, p)
+	}
+	n, err := startAll(cmds)
+	for _, p := range r.pes[:n] {
+		go func() {
+			p.cmd.Wait()
+			for _, lw := range p.flush {
+				lw.Flush()
+			}
+			r.exits <- exitReport{rank: p.rank, state: p.cmd.ProcessState}
+		}()
+	}
+	if err == nil {
+		return nil
+	}
+	r.pes = r.pes[:n]
+	r.signalAll(syscall.SIGKILL, -1)
+	for range n {
+		<-r.exits
+	}
+	r.killGroups()
+	return fmt.Errorf("launch: starting PE %d of %d: %w", n, j.N, err)
+}
+
+// stream returns the writer for one of a PE's output streams.
+func (r *runner) stream(p *pe, w io.Writer, rank int) io.Writer {
+	if r.job.TagOutput {
+		lw := newLineWriter("["+strconv.Itoa(rank)+"] ", lockedWriter{r.out, w})
+		p.flush = append(p.flush, lw)
+		return lw
+	}
+	if f, ok := w.(*os.File); ok {
+		return f // the PE writes to the file itself
+	}
+	return lockedWriter{r.out, w}
+}
+
+// signalAll signals the process group of every PE not yet reaped,
+// except rank skip and spared PEs (for SIGTERM).
+func (r *runner) signalAll(sig syscall.Signal, skip int) {
+	for _, p := range r.pes {
+		if p.exited || p.rank == skip || (sig == syscall.SIGTERM && p.spared) {
+			continue
+		}
+		signalGroup(p.cmd.Process.Pid, sig)
+	}
+}
+
+// killGroups sends SIGKILL to every PE's process group, reaped or not,
+// to end anything a PE left behind. A reaped leader's group id cannot be
+// reused while any member of the group is alive.
+func (r *runner) killGroups() {
+	for _, p := range r.pes {
+		signalGroup(p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// wait waits for every PE and decides the job's exit code.
+func (r *runner) wait(ctx context.Context) (int, error) {
+	var (
+		remaining = len(r.pes)
+		events    = r.srv.Events()
+		ending    bool // the outcome is decided; PEs are being ended
+		code      int
+		runErr    error
+		graceC    <-chan time.Time
+		timeoutC  <-chan time.Time
+		lostC     <-chan time.Time
+		lostRank  = -1
+		forwarded = -1 // exit code of a PE killed by the signal we forwarded
+		done      = ctx.Done()
+		timers    []*time.Timer
+	)
+	after := func(d time.Duration) <-chan time.Time {
+		t := time.NewTimer(d)
+		timers = append(timers, t)
+		return t.C
+	}
+	defer func() {
+		for _, t := range timers {
+			t.Stop()
+		}
+	}()
+	if r.job.Timeout > 0 {
+		timeoutC = after(r.job.Timeout)
+	}
+	// end decides the outcome and starts ending the job: SIGTERM now
+	// (except to skip), SIGKILL after the grace.
+	end := func(c int, err error, skip int) {
+		if ending {
+			return
+		}
+		ending, code, runErr = true, c, err
+		lostC = nil
+		r.signalAll(syscall.SIGTERM, skip)
+		graceC = after(r.grace)
+	}
+	onEvent := func(ev boot.Event) {
+		if ending || ev.Rank < 0 || ev.Rank >= len(r.pes) {
+			return
+		}
+		p := r.pes[ev.Rank]
+		switch ev.Kind {
+		case boot.EventExit:
+			if ev.Code != 0 {
+				r.logf("PE %d called global exit with code %d", ev.Rank, ev.Code)
+			}
+			p.spared = true
+			end(ev.Code, nil, ev.Rank)
+		case boot.EventLost:
+			p.lostBye = true
+			if p.exited {
+				// It exited 0 (a failure would have ended the job).
+				r.logf("PE %d exited with status 0 without closing its connection to the launcher", ev.Rank)
+				end(CodeFailure, nil, -1)
+			} else if lostRank < 0 {
+				lostRank, lostC = ev.Rank, after(lostWait)
+			}
+		}
+	}
+	drainEvents := func() {
+		for events != nil {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					events = nil
+					return
+				}
+				onEvent(ev)
+			default:
+				return
+			}
+		}
+	}
+
+	for remaining > 0 {
+		select {
+		case rep := <-r.exits:
+			// Events sent before the process ended come first: a
+			// GlobalExit request precedes the requester's own exit.
+			drainEvents()
+			remaining--
+			p := r.pes[rep.rank]
+			p.exited = true
+			how, c := describe(rep.state)
+			if ending {
+				// Also name every PE that failed on its own while the
+				// job was ending (not one ended by our SIGTERM or the
+				// grace SIGKILL): the first failure seen may only be a
+				// consequence of another, such as a peer's death.
+				if c != 0 && graceC != nil && c != codeSignalBase+int(syscall.SIGTERM) && c != forwarded && !p.spared {
+					r.logf("PE %d %s", rep.rank, how)
+				}
+				continue
+			}
+			switch {
+			case c != 0:
+				r.logf("PE %d %s", rep.rank, how)
+				end(c, nil, -1)
+			case p.lostBye:
+				r.logf("PE %d exited with status 0 without closing its connection to the launcher", rep.rank)
+				end(CodeFailure, nil, -1)
+			}
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			onEvent(ev)
+		case <-lostC:
+			r.logf("PE %d lost its connection to the launcher", lostRank)
+			end(CodeFailure, nil, -1)
+		case sig := <-r.job.Signals:
+			if ending {
+				r.logf("received %v while ending the job; killing every PE", sig)
+				r.signalAll(syscall.SIGKILL, -1)
+				continue
+			}
+			s := sysSignal(sig)
+			r.logf("received %v; forwarding it to every PE", sig)
+			ending, code, forwarded = true, codeSignalBase+int(s), codeSignalBase+int(s)
+			lostC = nil
+			r.signalAll(s, -1)
+			graceC = after(r.grace)
+		case <-timeoutC:
+			r.logf("job timed out after %v; killing it", r.job.Timeout)
+			end(CodeTimeout, nil, -1)
+		case <-done:
+			done = nil
+			end(CodeFailure, fmt.Errorf("launch: job ended: %w", context.Cause(ctx)), -1)
+		case <-graceC:
+			graceC = nil
+			r.signalAll(syscall.SIGKILL, -1)
+		}
+	}
+	r.killGroups()
+	return code, runErr
+}
