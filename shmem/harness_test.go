@@ -36,7 +36,11 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv(envScenario); name != "" {
 		os.Exit(childMain(name))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if current != nil {
+		current.stop() // end the benchmark job's helper processes cleanly
+	}
+	os.Exit(code)
 }
 
 // childMain runs one scenario as a launched PE.
