@@ -21,6 +21,10 @@ func amo[T AtomicElem](s Sym[T], i int, op heap.AtomicOp, v, cond T, target int)
 		var z T
 		return z, err
 	}
+	if p.mem == nil {
+		old, err := p.link.Atomic(sizeOf[T](), op, off, toBits(v), toBits(cond))
+		return fromBits[T](old), err
+	}
 	old := heap.AtomicAt(p.mem, off, sizeOf[T](), op, toBits(v), toBits(cond))
 	if op != heap.OpFetch {
 		notifyAtomic(p, off, uint64(sizeOf[T]()))

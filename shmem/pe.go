@@ -21,6 +21,7 @@ type PE struct {
 	host       string
 	cacheLine  int  // agreed by all PEs: the allocator's minimum alignment
 	oversub    bool // this host runs more PEs than it has CPUs: waits yield at once
+	hasRemote  bool // some PE is on another host
 
 	seg   *heap.Segment // this PE's own segment
 	mem   []byte        // seg.Bytes()
@@ -65,6 +66,7 @@ type peer struct {
 	// wake and sleepers are the peer's futex word and sleeper count.
 	wake, sleepers *uint32
 	seg            *heap.Segment // the mapping this PE owns, if any
+	link           remoteLink    // the TCP route to a PE on another host
 	conn           *net.UnixConn // same-host liveness link (process jobs)
 	departed       atomic.Bool   // the peer said goodbye
 }
@@ -81,7 +83,8 @@ func (pe *PE) Accessible(target int) bool {
 	if target < 0 || target >= pe.npes || pe.finalized.Load() {
 		return false
 	}
-	return pe.peers[target].mem != nil
+	p := &pe.peers[target]
+	return p.mem != nil || (p.link != nil && p.link.Err() == nil)
 }
 
 // SameHost reports whether target's heap is mapped here, so that Ptr
@@ -100,7 +103,7 @@ func (pe *PE) peer(target int) (*peer, error) {
 		return nil, fmt.Errorf("shmem: PE %d is finalized: %w", pe.rank, ErrFinalized)
 	}
 	p := &pe.peers[target]
-	if p.mem == nil {
+	if p.mem == nil && p.link == nil {
 		if err := pe.brokenErr(); err != nil {
 			return nil, err
 		}

@@ -17,6 +17,9 @@ func Put[T Elem](dst Sym[T], src []T, target int) error {
 	if len(src) == 0 {
 		return nil
 	}
+	if p.mem == nil {
+		return p.link.Put(off, asBytes(src))
+	}
 	copy(p.mem[off:], asBytes(src))
 	pe.notify(p, off, uint64(len(src)*sizeOf[T]()))
 	return nil
@@ -28,6 +31,12 @@ func Get[T Elem](dst []T, src Sym[T], target int) error {
 	if err != nil {
 		return err
 	}
+	if p.mem == nil {
+		if len(dst) == 0 {
+			return nil
+		}
+		return p.link.Get(asBytes(dst), off)
+	}
 	copy(asBytes(dst), p.mem[off:])
 	return nil
 }
@@ -37,6 +46,9 @@ func P[T Elem](dst Sym[T], i int, v T, target int) error {
 	pe, p, off, err := dst.span(i, 1, target)
 	if err != nil {
 		return err
+	}
+	if p.mem == nil {
+		return p.link.Put(off, asBytes([]T{v}))
 	}
 	viewAs[T](p.mem, off, 1)[0] = v
 	pe.notify(p, off, uint64(sizeOf[T]()))
@@ -50,16 +62,40 @@ func G[T Elem](src Sym[T], i int, target int) (T, error) {
 		var z T
 		return z, err
 	}
+	if p.mem == nil {
+		var v [1]T
+		err := p.link.Get(asBytes(v[:]), off)
+		return v[0], err
+	}
 	return viewAs[T](p.mem, off, 1)[0], nil
 }
 
 // PutNBI is Put that may return before src has been read: src must not
 // change until the next Quiet of dst's context.
-func PutNBI[T Elem](dst Sym[T], src []T, target int) error { return Put(dst, src, target) }
+func PutNBI[T Elem](dst Sym[T], src []T, target int) error {
+	_, p, off, err := dst.span(0, len(src), target)
+	if err != nil || len(src) == 0 || p.mem != nil {
+		if err == nil && len(src) > 0 {
+			return Put(dst, src, target)
+		}
+		return err
+	}
+	return p.link.PutNBI(off, asBytes(src))
+}
 
 // GetNBI is Get that may return before dst is filled: dst is valid after
 // the next Quiet of src's context.
-func GetNBI[T Elem](dst []T, src Sym[T], target int) error { return Get(dst, src, target) }
+func GetNBI[T Elem](dst []T, src Sym[T], target int) error {
+	_, p, off, err := src.span(0, len(dst), target)
+	if err != nil || len(dst) == 0 {
+		return err
+	}
+	if p.mem == nil {
+		return p.link.GetNBI(asBytes(dst), off)
+	}
+	copy(asBytes(dst), p.mem[off:])
+	return nil
+}
 
 // IPut is the strided put: element k*srcStride of src goes to element
 // k*dstStride of dst on target, for k in 0..n-1. Strides are at least 1.
@@ -74,6 +110,17 @@ func IPut[T Elem](dst Sym[T], dstStride int, src []T, srcStride, n, target int) 
 	pe, p, off, err := dst.span(0, (n-1)*dstStride+1, target)
 	if err != nil {
 		return err
+	}
+	if p.mem == nil {
+		// One small put per element: the link coalesces them into few
+		// writes, and src may be reused as soon as each is queued.
+		sz := uint64(sizeOf[T]())
+		for k := 0; k < n; k++ {
+			if err := p.link.Put(off+uint64(k*dstStride)*sz, asBytes(src[k*srcStride:k*srcStride+1])); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	d := viewAs[T](p.mem, off, (n-1)*dstStride+1)
 	for k := 0; k < n; k++ {
@@ -96,6 +143,16 @@ func IGet[T Elem](dst []T, dstStride int, src Sym[T], srcStride, n, target int) 
 	_, p, off, err := src.span(0, (n-1)*srcStride+1, target)
 	if err != nil {
 		return err
+	}
+	if p.mem == nil {
+		// Every element in flight at once, then one flush for all.
+		sz := uint64(sizeOf[T]())
+		for k := 0; k < n; k++ {
+			if err := p.link.GetNBI(asBytes(dst[k*dstStride:k*dstStride+1]), off+uint64(k*srcStride)*sz); err != nil {
+				return err
+			}
+		}
+		return p.link.Flush()
 	}
 	s := viewAs[T](p.mem, off, (n-1)*srcStride+1)
 	for k := 0; k < n; k++ {
@@ -141,6 +198,9 @@ func PutSignal[T Elem](dst Sym[T], src []T, sig Sym[uint64], v uint64, op Signal
 	if err != nil {
 		return err
 	}
+	if p.mem == nil {
+		return p.link.PutSignal(off, asBytes(src), soff, op == SignalAdd, v)
+	}
 	copy(p.mem[off:], asBytes(src))
 	// The signal is an atomic read-modify-write or store: it orders the
 	// data before it and is a full fence for the sleeper check.
@@ -179,15 +239,36 @@ func SignalFetch(sig Sym[uint64]) (uint64, error) {
 // issued after it.
 //
 // Over shared memory every put already ends with a full fence (see
-// notify) and every atomic is one, so Fence and Quiet only check the PE.
+// notify) and every atomic is one. Over TCP a link is one ordered stream
+// and frames are applied in order. So Fence only checks the PE.
 func (pe *PE) Fence() error {
 	return pe.alive()
 }
 
 // Quiet completes every put, non-blocking operation and signal this PE
-// issued on the default context: each is visible at its target.
+// issued on the default context: each is visible at its target. Over
+// shared memory they already are; over TCP, Quiet flushes every link with
+// operations outstanding and waits for the peers' replies.
 func (pe *PE) Quiet() error {
-	return pe.alive()
+	if err := pe.alive(); err != nil {
+		return err
+	}
+	return pe.flushAll()
+}
+
+// flushAll flushes every remote link with outstanding operations.
+func (pe *PE) flushAll() error {
+	if !pe.hasRemote {
+		return nil
+	}
+	for r := range pe.peers {
+		if l := pe.peers[r].link; l != nil && l.Outstanding() {
+			if err := l.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // PEQuiet is Quiet for operations to the given targets only.
@@ -196,8 +277,14 @@ func (pe *PE) PEQuiet(targets ...int) error {
 		return err
 	}
 	for _, t := range targets {
-		if _, err := pe.peer(t); err != nil {
+		p, err := pe.peer(t)
+		if err != nil {
 			return err
+		}
+		if p.link != nil && p.link.Outstanding() {
+			if err := p.link.Flush(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -10,6 +10,9 @@ func (pe *PE) rawAtomic(target int, off uint64, width int, op heap.AtomicOp, v, 
 	if err != nil {
 		return 0, err
 	}
+	if p.mem == nil {
+		return p.link.Atomic(width, op, off, v, cond)
+	}
 	old := heap.AtomicAt(p.mem, off, width, op, v, cond)
 	if op != heap.OpFetch {
 		notifyAtomic(p, off, uint64(width))
@@ -18,8 +21,32 @@ func (pe *PE) rawAtomic(target int, off uint64, width int, op heap.AtomicOp, v, 
 }
 
 // storeWord atomically stores v into the 8-byte runtime word at off of
-// target's segment and wakes target's sleepers.
+// target's segment and wakes target's sleepers. Over TCP it does not wait
+// for the peer: the store travels in order in the link's stream, and the
+// peer only ever waits for it to arrive.
 func (pe *PE) storeWord(target int, off uint64, v uint64) error {
-	_, err := pe.rawAtomic(target, off, 8, heap.OpSet, v, 0)
+	p, err := pe.peer(target)
+	if err != nil {
+		return err
+	}
+	if p.mem == nil {
+		return p.link.AtomicNBI(8, heap.OpSet, off, v, 0, nil)
+	}
+	_, err = pe.rawAtomic(target, off, 8, heap.OpSet, v, 0)
 	return err
+}
+
+// remoteLink is the remote route to a PE on another host: a netmesh link.
+// Every method is safe for concurrent use.
+type remoteLink interface {
+	Put(off uint64, src []byte) error
+	PutNBI(off uint64, src []byte) error
+	Get(dst []byte, off uint64) error
+	GetNBI(dst []byte, off uint64) error
+	Atomic(width int, op heap.AtomicOp, off, v, cond uint64) (uint64, error)
+	AtomicNBI(width int, op heap.AtomicOp, off, v, cond uint64, dst *uint64) error
+	PutSignal(off uint64, src []byte, sigOff uint64, add bool, v uint64) error
+	Flush() error
+	Outstanding() bool
+	Err() error
 }

@@ -365,6 +365,9 @@ func (pe *PE) getWords(target int, off uint64, dst []uint64) error {
 	if err != nil {
 		return err
 	}
+	if p.mem == nil {
+		return p.link.Get(asBytes(dst), off)
+	}
 	for i := range dst {
 		dst[i] = heap.Load64(p.mem, off+uint64(8*i))
 	}
