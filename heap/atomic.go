@@ -169,14 +169,33 @@ func sleepTable(mem []byte) *[SleepSlots]uint64 {
 	return (*[SleepSlots]uint64)(unsafe.Pointer(unsafe.SliceData(mem[TableOff : TableOff+8*SleepSlots])))
 }
 
-// ClaimSleepSlot puts entry into a free slot of mem's sleep table and
-// returns the slot's offset, or 0 when the table is full.
-func ClaimSleepSlot(mem []byte, entry uint64) uint64 {
+// BeginSleep announces that a goroutine of the segment's owner is about
+// to sleep until the n bytes at off change. It records the range in a
+// free sleep-table slot and then sets the slot's bit in the sleep word
+// (a full fence), so a writer that stores first and then reads the sleep
+// word after a fence either sees the sleeper or is seen by its next check.
+// The token goes to EndSleep.
+func BeginSleep(mem []byte, off, n uint64) uint64 {
+	word := (*uint64)(unsafe.Pointer(unsafe.SliceData(mem[SleepOff : SleepOff+8])))
 	tbl := sleepTable(mem)
+	e := SleepEntry(off, n)
 	for i := range tbl {
-		if atomic.LoadUint64(&tbl[i]) == 0 && atomic.CompareAndSwapUint64(&tbl[i], 0, entry) {
-			return TableOff + 8*uint64(i)
+		if atomic.LoadUint64(&tbl[i]) == 0 && atomic.CompareAndSwapUint64(&tbl[i], 0, e) {
+			atomic.OrUint64(word, 1<<i)
+			return uint64(i) + 1
 		}
 	}
+	atomic.AddUint64(word, 1<<32) // no room: watch everything
 	return 0
+}
+
+// EndSleep withdraws what BeginSleep announced.
+func EndSleep(mem []byte, token uint64) {
+	word := (*uint64)(unsafe.Pointer(unsafe.SliceData(mem[SleepOff : SleepOff+8])))
+	if token == 0 {
+		atomic.AddUint64(word, ^uint64(1<<32-1)) // minus 1<<32
+		return
+	}
+	atomic.AndUint64(word, ^(uint64(1) << (token - 1)))
+	atomic.StoreUint64(&sleepTable(mem)[token-1], 0)
 }

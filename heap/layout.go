@@ -1,6 +1,10 @@
 package heap
 
-import "sync/atomic"
+import (
+	"math/bits"
+	"sync/atomic"
+	"unsafe"
+)
 
 // The layout of a segment. Every PE's segment has the same layout, so a
 // reserved word has the same offset on every PE, like any symmetric
@@ -18,8 +22,9 @@ import "sync/atomic"
 //	32                4       owner's process id
 //	36                28      zero
 //	WakeOff  = 64     4       futex word: bumped by a writer that sees sleepers
-//	SleepOff = 128    4       number of the owner's goroutines asleep on WakeOff
-//	WildOff  = 132    4       of those, how many watch a range the sleep table can't hold
+//	SleepOff = 128    8       sleep word: bits 0..15, the sleep-table slots in
+//	                          use; bits 32..63, sleepers the table had no room
+//	                          for (they watch everything). Zero: nobody sleeps.
 //	AgreeOff = 192    64      collective-call descriptor checked under SHMEM_DEBUG
 //	TableOff = 256    16*8    sleep table: what each sleeper watches, as
 //	                          offset<<20 | length (length 0xFFFFF: to the end
@@ -51,7 +56,6 @@ const (
 
 	WakeOff      = 64
 	SleepOff     = 128
-	WildOff      = 132
 	AgreeOff     = 192
 	TableOff     = 256
 	SleepSlots   = 16
@@ -106,17 +110,21 @@ func SleepEntry(off, n uint64) uint64 {
 	return off<<tableLenBits | min(max(n, 1), maxLen)
 }
 
-// Watched reports whether a write of n bytes at off touches a range a
-// sleeper of the segment mem has put in its sleep table. It reads the
-// table with atomic loads; the caller has read a non-zero sleeper count.
+// Watched reports whether a write of n bytes at off of the segment mem
+// touches a range one of its owner's sleepers watches. Writers call it
+// after their store and a full fence; when nobody sleeps it is one load.
 func Watched(mem []byte, off, n uint64) bool {
-	const maxLen = 1<<tableLenBits - 1
-	tbl := sleepTable(mem)
-	if atomic.LoadUint32(Ptr32(mem, WildOff)) != 0 {
+	v := atomic.LoadUint64((*uint64)(unsafe.Pointer(unsafe.SliceData(mem[SleepOff : SleepOff+8]))))
+	if v == 0 {
+		return false
+	}
+	if v>>32 != 0 {
 		return true
 	}
-	for i := range tbl {
-		e := atomic.LoadUint64(&tbl[i])
+	const maxLen = 1<<tableLenBits - 1
+	tbl := sleepTable(mem)
+	for m := uint32(v); m != 0; m &= m - 1 {
+		e := atomic.LoadUint64(&tbl[bits.TrailingZeros32(m)])
 		if e == 0 {
 			continue
 		}

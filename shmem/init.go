@@ -248,7 +248,7 @@ func (pe *PE) exchangeSegments(ctx context.Context, env boot.Env, eps []endpoint
 		defer mu.Unlock()
 		p := &pe.peers[r]
 		p.conn, p.seg, p.mem = c, seg, seg.Bytes()
-		p.wake, p.sleepers = heap.Ptr32(p.mem, heap.WakeOff), heap.Ptr32(p.mem, heap.SleepOff)
+		p.wake = heap.Ptr32(p.mem, heap.WakeOff)
 	}
 	for _, r := range lower {
 		wg.Add(1)

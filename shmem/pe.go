@@ -63,12 +63,12 @@ type peer struct {
 	// mem is the peer's segment as mapped here: non-nil for same-host
 	// peers and for this PE itself. A put is a copy into it.
 	mem []byte
-	// wake and sleepers are the peer's futex word and sleeper count.
-	wake, sleepers *uint32
-	seg            *heap.Segment // the mapping this PE owns, if any
-	link           remoteLink    // the TCP route to a PE on another host
-	conn           *net.UnixConn // same-host liveness link (process jobs)
-	departed       atomic.Bool   // the peer said goodbye
+	// wake is the peer's futex word (heap.WakeOff).
+	wake     *uint32
+	seg      *heap.Segment // the mapping this PE owns, if any
+	link     remoteLink    // the TCP route to a PE on another host
+	conn     *net.UnixConn // same-host liveness link (process jobs)
+	departed atomic.Bool   // the peer said goodbye
 }
 
 // MyPE is this PE's number, 0..NPEs()-1.
@@ -132,7 +132,7 @@ func (pe *PE) notify(p *peer, off, n uint64) {
 // write touches is woken, so writes to a PE whose goroutines sleep on
 // other words cost no system call.
 func notifyAtomic(p *peer, off, n uint64) {
-	if atomic.LoadUint32(p.sleepers) != 0 && heap.Watched(p.mem, off, n) {
+	if heap.Watched(p.mem, off, n) {
 		wake(p.wake)
 	}
 }

@@ -83,7 +83,7 @@ func Run(n int, fn func(pe *PE) error, opts ...Option) error {
 		for r, other := range job.pes {
 			if r != pe.rank {
 				pe.peers[r] = peer{rank: r, host: hosts[r], pid: os.Getpid(), mem: other.mem,
-					wake: heap.Ptr32(other.mem, heap.WakeOff), sleepers: heap.Ptr32(other.mem, heap.SleepOff)}
+					wake: heap.Ptr32(other.mem, heap.WakeOff)}
 			}
 		}
 		pe.makeTeams()
@@ -170,7 +170,7 @@ func newPE(rank, npes int, cfg Config, host string, seg *heap.Segment, line int)
 	pe := &PE{rank: rank, npes: npes, cfg: cfg, host: host, cacheLine: line, seg: seg, mem: seg.Bytes(), alloc: a}
 	pe.peers = make([]peer, npes)
 	pe.peers[rank] = peer{rank: rank, host: host, pid: os.Getpid(), mem: pe.mem,
-		wake: heap.Ptr32(pe.mem, heap.WakeOff), sleepers: heap.Ptr32(pe.mem, heap.SleepOff)}
+		wake: heap.Ptr32(pe.mem, heap.WakeOff)}
 	return pe, nil
 }
 

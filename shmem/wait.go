@@ -70,26 +70,16 @@ func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
 		}
 	}
 	me := &pe.peers[pe.rank]
-	// Say what we watch, so that only writers to it wake us; when the
-	// table is full, count as a sleeper every writer wakes.
-	slot := heap.ClaimSleepSlot(pe.mem, heap.SleepEntry(off, n))
-	wild := heap.Ptr32(pe.mem, heap.WildOff)
-	if slot == 0 {
-		atomic.AddUint32(wild, 1)
-		defer atomic.AddUint32(wild, ^uint32(0))
-	} else {
-		defer heap.Store64(pe.mem, slot, 0)
-	}
+	// Say what we watch, so that only writers to it wake us.
+	tok := heap.BeginSleep(pe.mem, off, n)
+	defer heap.EndSleep(pe.mem, tok)
 	nap := firstSleep
 	for {
 		seq := atomic.LoadUint32(me.wake)
-		atomic.AddUint32(me.sleepers, 1)
 		if cond() {
-			atomic.AddUint32(me.sleepers, ^uint32(0))
 			return nil
 		}
 		heap.FutexWait(me.wake, seq, nap)
-		atomic.AddUint32(me.sleepers, ^uint32(0))
 		if cond() {
 			return nil
 		}
