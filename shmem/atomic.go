@@ -16,6 +16,13 @@ type AtomicElem interface {
 // netmesh reader applies remote requests with the same helpers, so both
 // paths are coherent on one word.
 func amo[T AtomicElem](s Sym[T], i int, op heap.AtomicOp, v, cond T, target int) (T, error) {
+	if p, off := s.local(i, 1, target); p != nil {
+		old := heap.AtomicAt(p.mem, off, sizeOf[T](), op, toBits(v), toBits(cond))
+		if op != heap.OpFetch {
+			notifyAtomic(p, off, uint64(sizeOf[T]()))
+		}
+		return fromBits[T](old), nil
+	}
 	_, p, off, err := s.span(i, 1, target)
 	if err != nil {
 		var z T

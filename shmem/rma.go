@@ -10,6 +10,11 @@ import (
 // Put returns; the data is complete at target after the next Quiet (over
 // shared memory it already is).
 func Put[T Elem](dst Sym[T], src []T, target int) error {
+	if p, off := dst.local(0, len(src), target); p != nil {
+		copy(p.mem[off:], asBytes(src))
+		dst.b.pe.notify(p, off, uint64(len(src)*sizeOf[T]()))
+		return nil
+	}
 	pe, p, off, err := dst.span(0, len(src), target)
 	if err != nil {
 		return err
@@ -27,6 +32,10 @@ func Put[T Elem](dst Sym[T], src []T, target int) error {
 
 // Get copies len(dst) elements of src on target into dst.
 func Get[T Elem](dst []T, src Sym[T], target int) error {
+	if p, off := src.local(0, len(dst), target); p != nil {
+		copy(asBytes(dst), p.mem[off:])
+		return nil
+	}
 	_, p, off, err := src.span(0, len(dst), target)
 	if err != nil {
 		return err

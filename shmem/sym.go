@@ -104,6 +104,19 @@ func (s Sym[T]) check() error {
 	return nil
 }
 
+// local is span's fast path, small enough to inline: the route and byte
+// offset of elements [i, i+cnt) when target's heap is mapped here and
+// every check passes; nil when any check fails or the target is remote,
+// and the caller then takes span for the full check and its error.
+func (s Sym[T]) local(i, cnt, target int) (*peer, uint64) {
+	b := s.b
+	if b == nil || s.ctx != nil || i < 0 || cnt < 0 || i > s.n-cnt || uint(target) >= uint(b.pe.npes) ||
+		b.freed.Load() || b.pe.finalized.Load() || b.pe.peers[target].mem == nil {
+		return nil, 0
+	}
+	return &b.pe.peers[target], s.off + uint64(i*sizeOf[T]())
+}
+
 // span validates elements [i, i+cnt) of s on target and returns the PE,
 // the route and the byte offset of element i.
 func (s Sym[T]) span(i, cnt, target int) (*PE, *peer, uint64, error) {
