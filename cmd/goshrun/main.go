@@ -99,6 +99,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		hostList string
 		grace    time.Duration
 		env      envFlag
+		rdv      string
 	)
 	fs.IntVar(&n, "n", 0, "number of PEs")
 	fs.IntVar(&n, "np", 0, "same as -n")
@@ -107,6 +108,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&hostList, "host-list", "", "comma-separated host identities (GOSHMEM_HOST), N or a divisor of N")
 	fs.DurationVar(&grace, "grace", launch.DefaultGrace, "time between SIGTERM and SIGKILL")
 	fs.Var(&env, "env", "K=V added to every PE's environment (repeatable)")
+	fs.StringVar(&rdv, "rendezvous", "127.0.0.1:0", "address the launcher's rendezvous listens on (PEs on other hosts must reach it)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: goshrun -n N [flags] PROGRAM [args...]\n\nPROGRAM is a binary or a Go package (built first).\n\nflags:\n")
 		fs.PrintDefaults()
@@ -152,6 +154,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Stderr:    stderr,
 		Signals:   sigs,
 		Grace:     grace,
+		Listen:    rdv,
 	}
 	code, err := job.Run(context.Background())
 	if err != nil {

@@ -64,6 +64,10 @@ type Job struct {
 	// Grace is the time between SIGTERM (or a forwarded signal) and
 	// SIGKILL; 0 means DefaultGrace.
 	Grace time.Duration
+	// Listen is the address the boot server listens on; "" means
+	// 127.0.0.1:0. PEs on other hosts (or in other network namespaces)
+	// need an address they can reach.
+	Listen string
 }
 
 // Run builds the program if needed, starts a boot server on 127.0.0.1,
@@ -111,7 +115,11 @@ func (j *Job) Run(ctx context.Context) (exitCode int, err error) {
 	}
 	defer cleanup()
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	listen := j.Listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return CodeFailure, fmt.Errorf("launch: boot server: %w", err)
 	}
