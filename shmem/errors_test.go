@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,5 +256,46 @@ func TestReallocKeepsAlignment(t *testing.T) {
 	}, shmem.WithHeapSize(1<<20))
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// A PE blocked for a second sleeps: the process uses a small fraction
+// of that second of CPU.
+func TestBlockedWaitSleeps(t *testing.T) {
+	var used time.Duration
+	err := shmem.Run(3, func(pe *shmem.PE) error {
+		s, err := shmem.Malloc[int64](pe, 1)
+		if err != nil {
+			return err
+		}
+		if err := pe.BarrierAll(); err != nil {
+			return err
+		}
+		switch pe.MyPE() {
+		case 0:
+			start := cpuTime()
+			err = shmem.WaitUntil(s, 0, shmem.CmpEQ, 1)
+			used = cpuTime() - start
+		case 1:
+			time.Sleep(time.Second)
+			err = shmem.AtomicSet(s, 0, 1, 0)
+		}
+		if err != nil {
+			return err
+		}
+		return pe.BarrierAll() // PE 2 waits here the whole second
+	}, shmem.WithHeapSize(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("CPU used during a 1 s wait by 2 waiting PEs: %v", used)
+	if used > 300*time.Millisecond {
+		t.Fatalf("waiting PEs used %v of CPU in one second", used)
 	}
 }

@@ -212,3 +212,51 @@ func TestDifferentHostsRefused(t *testing.T) {
 		t.Fatalf("want a clear refusal, got:\n%s", out.String())
 	}
 }
+
+// Init after Finalize starts afresh, under the launcher too: a new heap,
+// new links, the same rank.
+var _ = register("reinit", func(pe *shmem.PE) error {
+	me, np := pe.MyPE(), pe.NPEs()
+	for gen := 1; gen <= 3; gen++ {
+		if gen > 1 {
+			var err error
+			if pe, err = shmem.Init(); err != nil {
+				return fmt.Errorf("Init #%d: %w", gen, err)
+			}
+			if pe.MyPE() != me || pe.NPEs() != np {
+				return fmt.Errorf("Init #%d: PE %d of %d, was %d of %d", gen, pe.MyPE(), pe.NPEs(), me, np)
+			}
+		}
+		s, err := shmem.Malloc[int64](pe, 1)
+		if err != nil {
+			return err
+		}
+		if me != 0 && s.Local()[0] != 0 { // PE 0's copy may already be counting
+			return fmt.Errorf("Init #%d: a fresh heap holds %d", gen, s.Local()[0])
+		}
+		if err := shmem.AtomicAdd(s, 0, int64(gen), 0); err != nil {
+			return err
+		}
+		if err := pe.BarrierAll(); err != nil {
+			return err
+		}
+		if me == 0 && s.Local()[0] != int64(gen*np) {
+			return fmt.Errorf("Init #%d: sum %d, want %d", gen, s.Local()[0], gen*np)
+		}
+		if err := pe.Finalize(); err != nil {
+			return err
+		}
+		if err := shmem.P(s, 0, 1, 0); !errors.Is(err, shmem.ErrFinalized) {
+			return fmt.Errorf("put after Finalize: %v", err)
+		}
+	}
+	return nil
+})
+
+func TestInitAfterFinalize(t *testing.T) {
+	for _, n := range []int{1, 2, 3} {
+		if err := runProcesses(t, n, "reinit", nil); err != nil {
+			t.Fatalf("%d PEs: %v", n, err)
+		}
+	}
+}

@@ -68,6 +68,12 @@ type roundOutcome struct {
 // returns an error wrapping errs.Auth (and errs.Protocol when the server
 // sent malformed bytes, errs.Timeout when ctx expired). The handshake is
 // bounded by ctx and by HandshakeTimeout.
+//
+// After Close the same rank may Dial again (Init after Finalize). The
+// new Client's rounds start at 1 and belong to the job's next
+// generation: its first Allgather completes once every rank has closed
+// its previous connection and joined again (see the package doc). A Dial
+// while the rank's previous Client is still open is refused (errs.Auth).
 func Dial(ctx context.Context, addr, jobID string, key []byte, rank, size int) (*Client, error) {
 	switch {
 	case size < 1 || size > math.MaxInt32:
@@ -408,7 +414,8 @@ func (c *Client) Exit(code int) error {
 
 // Close says Bye, waits briefly for the server to close its side, and
 // closes the connection. Pending and later calls fail with
-// errs.Finalized. Close is idempotent.
+// errs.Finalized. Close is idempotent. Once it has returned, the rank may
+// Dial again.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {

@@ -6,7 +6,8 @@ import "fmt"
 type EventKind uint8
 
 const (
-	// EventJoined: a PE authenticated and joined the job.
+	// EventJoined: a PE authenticated and joined the job, or joined it
+	// again after a Bye (Init after Finalize; Gen > 1).
 	EventJoined EventKind = 1
 	// EventExit: a PE asked for GlobalExit(Code).
 	EventExit EventKind = 2
@@ -30,6 +31,7 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind EventKind
 	Rank int
+	Gen  uint64 // the generation of the PE's connection: 1 for its first (see doc.go)
 	Code int    // EventExit: the exit code the PE asked for
 	Msg  string // EventLost: how the connection ended
 }
@@ -40,6 +42,9 @@ func (e Event) String() string {
 		return fmt.Sprintf("rank %d: exit with code %d", e.Rank, e.Code)
 	case EventLost:
 		return fmt.Sprintf("rank %d: lost (%s)", e.Rank, e.Msg)
+	}
+	if e.Kind == EventJoined && e.Gen > 1 {
+		return fmt.Sprintf("rank %d: joined generation %d", e.Rank, e.Gen)
 	}
 	return fmt.Sprintf("rank %d: %v", e.Rank, e.Kind)
 }

@@ -114,7 +114,7 @@ type errorMsg struct {
 // gather is one rank's contribution to a round (client -> server).
 //
 //	field  codec name  type    meaning
-//	Round  round       uint    1 for the first Allgather, then +1 per call
+//	Round  round       uint    1 for the first Allgather on a connection, then +1 per call
 //	Data   data        bin     at most MaxGatherData bytes
 type gather struct {
 	Round uint64 `codec:"round"`
@@ -166,7 +166,8 @@ type status struct {
 //
 //	field    codec name  type          meaning
 //	Round    round       uint          the round asked about
-//	Arrived  arrived     int           ranks whose part the server holds (size if complete)
+//	Arrived  arrived     int           ranks whose part the server holds (size if complete);
+//	                                   for a connection waiting for its generation, the parts held for it
 //	Missing  missing     array of int  up to 32 ranks that have not arrived, ascending
 type statusReply struct {
 	Round   uint64 `codec:"round"`

@@ -30,20 +30,31 @@ const (
 	outQueue = 64
 )
 
-// rankState is where a rank is in the job's life.
+// rankState is where a rank is in the current generation (see doc.go).
 type rankState uint8
 
 const (
-	rankAbsent rankState = iota // not joined yet
+	rankAbsent rankState = iota // not joined this generation yet
 	rankJoined                  // joined and connected
 	rankLeft                    // said Bye; its connection is closed
-	rankLost                    // its connection dropped without Bye
+	rankLost                    // its connection dropped without Bye (in any generation; final)
 )
 
-// Server is the boot rendezvous of one job. Each PE connects once,
+// pendingConn is a rank's connection to the next generation: the rank
+// said Bye in the current generation and joined again. It waits until
+// every rank has left the current generation.
+type pendingConn struct {
+	c    *srvConn
+	held *gather // its round-1 part, sent before the generation started
+	bye  bool    // it said Bye before the generation started
+}
+
+// Server is the boot rendezvous of one job. Each PE connects and
 // authenticates with the job key, and then uses the connection for
-// Allgather rounds, Exit and Bye. A peer that fails the handshake or
-// sends malformed bytes loses its own connection; the job goes on.
+// Allgather rounds, Exit and Bye. A PE that said Bye may connect again
+// (Init after Finalize); its new connection joins the next generation
+// (see doc.go). A peer that fails the handshake or sends malformed bytes
+// loses its own connection; the job goes on.
 //
 // All methods are safe for concurrent use.
 type Server struct {
@@ -61,6 +72,7 @@ type Server struct {
 	maxTotal         int // bound on the sum of a round's parts
 
 	events     chan Event // capacity 3*size+8: see emit
+	owed       int        // guaranteed events not yet emitted; guarded by mu
 	eventsOnce sync.Once
 
 	done      chan struct{} // closed when the server starts closing
@@ -71,16 +83,20 @@ type Server struct {
 	closing bool
 	serving bool // Serve was called
 	open    map[*srvConn]struct{}
-	pending int         // connections in the handshake
-	peers   []*srvConn  // by rank: the connection of a joined rank, else nil
-	state   []rankState // by rank
-	exited  []bool      // by rank: an EventExit was emitted
-	failure *peerLost   // the first loss; once set, no round completes
-	left    int         // ranks in rankLeft
+	pending int            // connections in the handshake
+	gen     uint64         // the current generation, 1 for the first connections
+	peers   []*srvConn     // by rank: the rank's connection in the current generation, else nil
+	state   []rankState    // by rank, in the current generation
+	next    []*pendingConn // by rank: its connection to the next generation, else nil
+	joined  []bool         // by rank: it joined at least once (EventJoined owed until then)
+	exited  []bool         // by rank: an EventExit was emitted
+	failure *peerLost      // the first loss; once set, no round of any generation completes
+	left    int            // ranks in rankLeft
 
-	// The round being collected; every earlier round is complete. Only
-	// one round is ever open: a rank sends round R+1 only after it got
-	// round R's result, which needed every rank's part of round R.
+	// The round being collected in the current generation; every earlier
+	// round of it is complete. Only one round is ever open: a rank sends
+	// round R+1 only after it got round R's result, which needed every
+	// rank's part of round R. Parts for the next generation wait in next.
 	round   uint64
 	parts   [][]byte // by rank
 	have    []bool   // by rank
@@ -104,6 +120,7 @@ func NewServer(ln net.Listener, jobID string, key []byte, size int) *Server {
 		done:             make(chan struct{}),
 		serveDone:        make(chan struct{}),
 		open:             make(map[*srvConn]struct{}),
+		gen:              1,
 		round:            1,
 	}
 	switch {
@@ -116,11 +133,16 @@ func NewServer(ln net.Listener, jobID string, key []byte, size int) *Server {
 		s.bad = fmt.Errorf("boot: job id of %d bytes: %w", len(jobID), errs.Invalid)
 	}
 	s.maxPending = 64 + 2*size
-	// Each rank joins at most once, is lost at most once and emits at
-	// most one EventExit, so 3*size events fit without ever blocking.
+	// Each rank joins a first time once, is lost at most once and emits
+	// at most one EventExit, so these 3*size events fit without ever
+	// blocking. The EventJoined of a rejoin only uses room beyond what
+	// they may still need (see emitSpare).
 	s.events = make(chan Event, 3*size+8)
+	s.owed = 3 * size
 	s.peers = make([]*srvConn, size)
 	s.state = make([]rankState, size)
+	s.next = make([]*pendingConn, size)
+	s.joined = make([]bool, size)
 	s.exited = make([]bool, size)
 	s.parts = make([][]byte, size)
 	s.have = make([]bool, size)
@@ -260,12 +282,29 @@ func (s *Server) acceptLoop() error {
 	}
 }
 
-// emit reports an event; s.mu must be held. The channel's capacity
-// covers every event a job can produce (see NewServer), so the default
-// branch is never taken while the caller drains Events; it only keeps a
-// server whose owner stopped listening from blocking.
+// emit reports a guaranteed event (a rank's first EventJoined, its
+// EventLost, its EventExit: each at most once per rank); s.mu must be
+// held. The channel's capacity covers all of them (see NewServer), so
+// the default branch is never taken while the caller drains Events; it
+// only keeps a server whose owner stopped listening from blocking.
 func (s *Server) emit(e Event) {
+	s.owed--
 	if s.closing {
+		return
+	}
+	select {
+	case s.events <- e:
+	default:
+	}
+}
+
+// emitSpare reports an event beyond the guaranteed ones (the EventJoined
+// of a rejoin); s.mu must be held. It is dropped unless the channel has
+// room for it and for every guaranteed event still owed, so that a slow
+// reader never costs an EventLost or EventExit. Only emit and emitSpare
+// send, under s.mu, so the room seen here cannot shrink meanwhile.
+func (s *Server) emitSpare(e Event) {
+	if s.closing || cap(s.events)-len(s.events) <= s.owed {
 		return
 	}
 	select {
@@ -348,15 +387,11 @@ func (s *Server) handshake(c *srvConn) bool {
 		s.mu.Unlock()
 		return false
 	}
-	if st := s.state[j.Rank]; st != rankAbsent {
+	if why := s.admitLocked(c, j.Rank); why != "" {
 		s.mu.Unlock()
-		s.refuse(c, errCodeAuth, fmt.Sprintf("join refused: rank %d already joined", j.Rank))
+		s.refuse(c, errCodeAuth, "join refused: "+why)
 		return false
 	}
-	c.rank = j.Rank
-	s.state[j.Rank] = rankJoined
-	s.peers[j.Rank] = c
-	s.emit(Event{Kind: EventJoined, Rank: j.Rank})
 	if s.failure != nil {
 		// Queued behind Welcome: the writer starts after the handshake.
 		s.sendLocked(c, s.failure)
@@ -369,6 +404,38 @@ func (s *Server) handshake(c *srvConn) bool {
 	}
 	c.nc.SetDeadline(time.Time{})
 	return true
+}
+
+// admitLocked registers c as rank's connection, in the current
+// generation if the rank has not joined it, else in the next one if the
+// rank said Bye in this one. It returns why it refuses, or "". s.mu must
+// be held.
+func (s *Server) admitLocked(c *srvConn, rank int) string {
+	switch s.state[rank] {
+	case rankAbsent:
+		c.gen = s.gen
+		s.peers[rank] = c
+		s.state[rank] = rankJoined
+	case rankJoined:
+		return fmt.Sprintf("rank %d already joined (its connection is open)", rank)
+	case rankLeft:
+		if s.next[rank] != nil {
+			return fmt.Sprintf("rank %d already joined generation %d", rank, s.gen+1)
+		}
+		c.gen = s.gen + 1
+		s.next[rank] = &pendingConn{c: c}
+	default:
+		return fmt.Sprintf("rank %d was lost", rank)
+	}
+	c.rank = rank
+	e := Event{Kind: EventJoined, Rank: rank, Gen: c.gen}
+	if s.joined[rank] {
+		s.emitSpare(e)
+	} else {
+		s.joined[rank] = true
+		s.emit(e)
+	}
+	return ""
 }
 
 // writeNow writes m at once on a connection in the handshake (whose
@@ -440,18 +507,28 @@ func (s *Server) violation(c *srvConn, err error) {
 }
 
 // lose records that c's rank dropped without Bye, fails every pending
-// and later round, and reports EventLost. Connections the server closes
-// itself while closing are not reported.
+// and later round (of every generation), and reports EventLost.
+// Connections the server closes itself while closing are not reported.
 func (s *Server) lose(c *srvConn, why string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer c.closeLater()
-	if s.closing || c.rank < 0 || s.peers[c.rank] != c {
+	if s.closing || c.rank < 0 {
 		return
 	}
-	s.peers[c.rank] = nil
+	switch p := s.next[c.rank]; {
+	case s.peers[c.rank] == c:
+		s.peers[c.rank] = nil
+	case p != nil && p.c == c && !p.bye:
+		// Lost while waiting for its generation: the rank had left the
+		// current one, and is now lost for good.
+		s.next[c.rank] = nil
+		s.left--
+	default:
+		return
+	}
 	s.state[c.rank] = rankLost
-	s.emit(Event{Kind: EventLost, Rank: c.rank, Msg: why})
+	s.emit(Event{Kind: EventLost, Rank: c.rank, Gen: c.gen, Msg: why})
 	s.failLocked(c.rank, why)
 }
 
@@ -467,15 +544,29 @@ func (s *Server) failLocked(rank int, why string) {
 			s.sendLocked(p, s.failure)
 		}
 	}
+	for _, p := range s.next {
+		if p != nil && !p.bye {
+			s.sendLocked(p.c, s.failure)
+		}
+	}
 }
 
 // leave handles a Bye: the rank is gone in order. If a round is open
-// that it has not contributed to, that round can never complete.
+// that it has not contributed to, that round can never complete. When
+// every rank has left the current generation, the next one starts.
 func (s *Server) leave(c *srvConn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer c.close()
-	if s.closing || s.peers[c.rank] != c {
+	if s.closing {
+		return
+	}
+	if p := s.next[c.rank]; p != nil && p.c == c {
+		// Bye before its generation started: it counts when it starts.
+		p.bye = true
+		return
+	}
+	if s.peers[c.rank] != c {
 		return
 	}
 	s.peers[c.rank] = nil
@@ -484,15 +575,68 @@ func (s *Server) leave(c *srvConn) {
 	if s.arrived > 0 && !s.have[c.rank] {
 		s.failLocked(c.rank, fmt.Sprintf("said Bye before taking part in round %d", s.round))
 	}
+	if s.left == s.size {
+		s.advanceLocked()
+	}
+}
+
+// advanceLocked starts the next generation once every rank has left the
+// current one: round 1, fresh parts, with the ranks that joined it
+// already, and their early parts counted. s.mu must be held.
+func (s *Server) advanceLocked() {
+	for s.left == s.size {
+		s.gen++
+		s.round = 1
+		s.parts = make([][]byte, s.size)
+		clear(s.have)
+		s.arrived, s.total, s.left = 0, 0, 0
+		for r, p := range s.next {
+			s.next[r] = nil
+			s.peers[r], s.state[r] = nil, rankAbsent
+			if p == nil {
+				continue
+			}
+			if p.bye {
+				s.state[r] = rankLeft
+				s.left++
+			} else {
+				s.peers[r], s.state[r] = p.c, rankJoined
+			}
+			if p.held != nil {
+				s.have[r] = true
+				s.parts[r] = p.held.Data
+				s.arrived++
+				s.total += len(p.held.Data)
+			}
+		}
+		// Every rank said Bye to the new generation before it started
+		// (possible only if all of them joined it): it is over too.
+	}
+	s.settleLocked()
 }
 
 // gather takes c's part of the open round and, when every rank has
-// arrived, sends the result to all. An error means c broke the protocol.
+// arrived, sends the result to all. A part for the next generation is
+// held until it starts. An error means c broke the protocol.
 func (s *Server) gather(c *srvConn, m *gather) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failure != nil {
 		s.sendLocked(c, s.failure)
+		return nil
+	}
+	if c.gen != s.gen {
+		p := s.next[c.rank]
+		if p == nil || p.c != c {
+			return protoErr("rank %d sent a part on a connection of generation %d at generation %d", c.rank, c.gen, s.gen)
+		}
+		if m.Round != 1 {
+			return protoErr("rank %d sent round %d of generation %d before it started", c.rank, m.Round, c.gen)
+		}
+		if p.held != nil {
+			return protoErr("rank %d sent round 1 of generation %d twice", c.rank, c.gen)
+		}
+		p.held = m
 		return nil
 	}
 	if m.Round != s.round {
@@ -505,17 +649,27 @@ func (s *Server) gather(c *srvConn, m *gather) error {
 	s.parts[c.rank] = m.Data
 	s.arrived++
 	s.total += len(m.Data)
+	s.settleLocked()
+	return nil
+}
+
+// settleLocked ends the open round if it can: with PeerLost if a rank
+// that said Bye has no part in it while others have, with the result if
+// every rank has its part. s.mu must be held.
+func (s *Server) settleLocked() {
+	if s.failure != nil || s.arrived == 0 {
+		return
+	}
 	if s.left > 0 {
 		for r, st := range s.state {
 			if st == rankLeft && !s.have[r] {
 				s.failLocked(r, fmt.Sprintf("said Bye before taking part in round %d", s.round))
-				break
+				return
 			}
 		}
-		return nil
 	}
 	if s.arrived < s.size {
-		return nil
+		return
 	}
 
 	round, parts, total := s.round, s.parts, s.total
@@ -537,15 +691,23 @@ func (s *Server) gather(c *srvConn, m *gather) error {
 			p.send(b, false)
 		}
 	}
-	return nil
 }
 
-// status answers how far a round has got.
+// status answers how far a round has got. For a connection waiting for
+// its generation, round 1 counts the parts held for it.
 func (s *Server) status(c *srvConn, m *status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rep := &statusReply{Round: m.Round}
 	switch {
+	case c.gen != s.gen:
+		for r, p := range s.next {
+			if m.Round == 1 && p != nil && p.held != nil {
+				rep.Arrived++
+			} else if len(rep.Missing) < maxMissing {
+				rep.Missing = append(rep.Missing, r)
+			}
+		}
 	case m.Round < s.round:
 		rep.Arrived = s.size
 	case m.Round == s.round:
@@ -569,7 +731,7 @@ func (s *Server) exit(c *srvConn, m *exitReq) {
 	defer s.mu.Unlock()
 	if !s.exited[c.rank] {
 		s.exited[c.rank] = true
-		s.emit(Event{Kind: EventExit, Rank: c.rank, Code: m.Code})
+		s.emit(Event{Kind: EventExit, Rank: c.rank, Gen: c.gen, Code: m.Code})
 	}
 	s.sendLocked(c, &exitAck{Code: m.Code})
 }
@@ -601,7 +763,8 @@ func truncate(msg string) string {
 type srvConn struct {
 	s    *Server
 	nc   net.Conn
-	rank int // -1 until joined; then fixed
+	rank int    // -1 until joined; then fixed
+	gen  uint64 // the generation it belongs to; set with rank, under s.mu
 	// out feeds the writer goroutine. Frames are shared between
 	// connections and never modified after they are queued.
 	out       chan outFrame
