@@ -1,7 +1,20 @@
-// Package benchmarks will hold goshbench, an OSU-style suite that
-// measures goshmem next to the machine's own limits measured in the same
-// run. Until it lands, the shared-memory benchmarks are the go test
-// benchmarks of package shmem:
+// Package benchmarks holds goshbench, an OSU-style suite that measures
+// goshmem next to the machine's own limits measured in the same run. It
+// needs nothing beyond the runtime's own dependencies (plots are
+// hand-written SVG), so runtime users inherit nothing from it.
 //
-//	go test -run '^$' -bench . ./shmem/
+// Run, from the repository root:
+//
+//	go run ./benchmarks/cmd/goshbench          # default suites, 2 and 4 PEs, shared memory
+//	go run ./benchmarks/cmd/goshbench -quick   # smoke run, seconds
+//	go test ./benchmarks/...                   # -quick plus the JSON schema check
+//
+// Layout:
+//
+//	cmd/goshbench  flags, jobs (through internal/launch), outputs
+//	suite          the registry, the suites, the limits, the PE side of a job
+//	report         records and the JSON schema, statistics, table, benchmark lines, SVG plots
+//	results        the run quoted in docs/performance.md
+//
+// docs/performance.md describes the method and the figures.
 package benchmarks

@@ -1,0 +1,324 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/benchmarks/report"
+	"github.com/goshmem/goshmem/benchmarks/suite"
+)
+
+// The test binary is also the PE program: goshbench re-executes its own
+// binary (os.Executable) with GOSHBENCH_PE=1.
+func TestMain(m *testing.M) {
+	if suite.IsPE() {
+		os.Exit(suite.PEMain())
+	}
+	os.Exit(m.Run())
+}
+
+// recordFields is the -json schema of one figure, field by field, with
+// the JSON type each must have.
+var recordFields = map[string]string{
+	"suite": "string", "transport": "string", "pes": "int", "size": "int", "metric": "string",
+	"value": "number", "unit": "string", "limit_name": "string", "limit": "number", "ratio": "number",
+	"min": "number", "max": "number",
+}
+
+var metricUnits = map[string]string{"latency": "ns", "bandwidth": "GB/s", "rate": "Mops/s"}
+
+// checkRecord validates one decoded record against the schema without
+// using report.Record, so that a change to the Go type cannot hide a
+// change of the file format.
+func checkRecord(rec map[string]any) error {
+	var errs []error
+	for k := range rec {
+		if _, ok := recordFields[k]; !ok {
+			errs = append(errs, fmt.Errorf("unexpected field %q", k))
+		}
+	}
+	for k, typ := range recordFields {
+		v, ok := rec[k]
+		if !ok {
+			errs = append(errs, fmt.Errorf("missing field %q", k))
+			continue
+		}
+		switch typ {
+		case "string":
+			if s, ok := v.(string); !ok || s == "" {
+				errs = append(errs, fmt.Errorf("%s = %#v: want a non-empty string", k, v))
+			}
+		case "int":
+			if f, ok := v.(float64); !ok || f != math.Trunc(f) || f < 0 {
+				errs = append(errs, fmt.Errorf("%s = %#v: want a non-negative integer", k, v))
+			}
+		case "number":
+			if f, ok := v.(float64); !ok || !(f > 0) || math.IsInf(f, 0) {
+				errs = append(errs, fmt.Errorf("%s = %#v: want a positive number", k, v))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	metric, unit := rec["metric"].(string), rec["unit"].(string)
+	if want, ok := metricUnits[metric]; !ok || unit != want {
+		return fmt.Errorf("metric %q with unit %q: want latency/ns, bandwidth/GB/s or rate/Mops/s", metric, unit)
+	}
+	value, limit, ratio := rec["value"].(float64), rec["limit"].(float64), rec["ratio"].(float64)
+	want := value / limit
+	if metric == "latency" {
+		want = limit / value
+	}
+	if math.Abs(ratio-want) > 1e-9*want {
+		return fmt.Errorf("ratio %v: want %v (%s: %s)", ratio, want, metric,
+			map[bool]string{true: "limit/value", false: "value/limit"}[metric == "latency"])
+	}
+	if lo, hi := rec["min"].(float64), rec["max"].(float64); !(lo <= value && value <= hi) {
+		return fmt.Errorf("min %v <= value %v <= max %v does not hold", lo, value, hi)
+	}
+	return nil
+}
+
+// TestQuickRun is what CI runs: goshbench -quick with every output,
+// then the JSON checked against the schema, the benchmark lines against
+// the Go benchmark format, and the plots for well-formed XML.
+func TestQuickRun(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath, svgDir := filepath.Join(dir, "out.json"), filepath.Join(dir, "svg")
+	var stdout, stderr bytes.Buffer
+	args := []string{"-quick", "-transport", "shm,tcp", "-json", jsonPath, "-svg", svgDir, "-bench-format"}
+	start := time.Now()
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("goshbench %s: exit code %d\nstderr:\n%s", strings.Join(args, " "), code, stderr.String())
+	}
+	t.Logf("goshbench -quick took %v", time.Since(start))
+
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Run     map[string]any   `json:"run"`
+		Records []map[string]any `json:"records"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&file); err != nil {
+		t.Fatalf("top level of the JSON is not {\"run\", \"records\"}: %v", err)
+	}
+	if len(file.Records) == 0 {
+		t.Fatal("no records")
+	}
+	seen := map[string]bool{}
+	for i, rec := range file.Records {
+		if err := checkRecord(rec); err != nil {
+			t.Errorf("record %d %v: %v", i, rec, err)
+			continue
+		}
+		key := fmt.Sprintf("%s|%s|%d|%d|%s", rec["suite"], rec["transport"],
+			int(rec["pes"].(float64)), int(rec["size"].(float64)), rec["metric"])
+		if seen[key] {
+			t.Errorf("record %d duplicates %s", i, key)
+		}
+		seen[key] = true
+	}
+	// The strict decoder and the Go type agree with the generic check.
+	var typed report.File
+	dec = json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&typed); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range typed.Records {
+		if err := r.Validate(); err != nil {
+			t.Error(err)
+		}
+	}
+
+	// Every available default suite produced its figures.
+	want := []string{
+		"put-latency|shm|2|8|latency", "put-latency|shm|2|4096|latency", "put-latency|shm|2|1048576|latency",
+		"get-latency|shm|2|8|latency", "put-bw|shm|2|1048576|bandwidth", "put-nbi-bw|shm|2|4096|bandwidth",
+		"get-bw|shm|2|8|bandwidth", "get-nbi-bw|shm|2|1048576|bandwidth",
+		"put-rate|shm|2|8|rate", "put-nbi-rate|shm|2|8|rate", "put-rate-all|shm|2|8|rate", "put-rate-all|shm|4|8|rate",
+		"barrier|shm|2|0|latency", "barrier|shm|4|0|latency", "waituntil|shm|2|8|latency",
+	}
+	for _, op := range []string{"fetch-add", "add", "inc", "fetch-inc", "compare-swap", "swap", "fetch"} {
+		want = append(want, op+"|shm|2|8|latency", op+"|shm|2|8|rate")
+	}
+	for _, k := range want {
+		if !seen[k] {
+			t.Errorf("no record %s", k)
+		}
+	}
+	if lookupTransport("tcp").missing != "" {
+		for k := range seen {
+			if strings.Contains(k, "|tcp|") {
+				t.Errorf("record %s: tcp is not available, it must not have figures", k)
+			}
+		}
+		if !slices.ContainsFunc(typed.Run.Skipped, func(s report.Skip) bool {
+			return s.What == "transport tcp" && strings.Contains(s.Reason, "netmesh")
+		}) {
+			t.Errorf("run.skipped does not report tcp as unavailable: %+v", typed.Run.Skipped)
+		}
+		if !strings.Contains(stderr.String(), "skipping transport tcp: not available until netmesh lands") {
+			t.Errorf("no skip line for tcp on stderr:\n%s", stderr.String())
+		}
+	}
+
+	// The run's description.
+	for _, k := range []string{"command", "timestamp", "go_version", "cpu"} {
+		if s, _ := file.Run[k].(string); s == "" {
+			t.Errorf("run.%s is empty", k)
+		}
+	}
+	if ts, _ := file.Run["timestamp"].(string); ts != "" {
+		if _, err := time.Parse(time.RFC3339, ts); err != nil {
+			t.Errorf("run.timestamp: %v", err)
+		}
+	}
+	if c, _ := file.Run["cores"].(float64); c < 1 {
+		t.Errorf("run.cores = %v", file.Run["cores"])
+	}
+	if len(typed.Run.Jobs) != 2 {
+		t.Errorf("%d jobs, want 2 (shm at 2 and 4 PEs)", len(typed.Run.Jobs))
+	}
+	for _, j := range typed.Run.Jobs {
+		if len(j.Placement) != j.PEs {
+			t.Errorf("job %s/%d: placement of %d PEs", j.Transport, j.PEs, len(j.Placement))
+		}
+	}
+	limits := map[string]bool{}
+	for _, l := range typed.Run.Limits {
+		limits[l.Name] = true
+		if !(l.Value > 0) || l.Unit != l.Metric.Unit() {
+			t.Errorf("limit %+v", l)
+		}
+	}
+	for _, name := range []string{"copy", "copy-to-mapping", "cacheline-rtt", "tcp-rtt", "tcp-stream"} {
+		if !limits[name] {
+			t.Errorf("no reference limit %s", name)
+		}
+	}
+	if !strings.Contains(stderr.String(), "Figures (median of 3 repetitions") {
+		t.Errorf("with -bench-format the table goes to stderr; it is not there:\n%s", stderr.String())
+	}
+
+	// Benchmark lines: one per repetition of every figure, in the Go
+	// benchmark format.
+	line := regexp.MustCompile(`^Benchmark[A-Za-z]+/metric=(latency|bandwidth|rate)/transport=\w+/pes=\d+/size=\w+\t\d+\t\S+ (ns/op|GB/s|Mops/s)\t\S+ x-limit$`)
+	benchLines := 0
+	for _, l := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		if !strings.HasPrefix(l, "Benchmark") {
+			continue
+		}
+		benchLines++
+		if !line.MatchString(l) {
+			t.Errorf("not a benchmark line: %q", l)
+		}
+	}
+	if want := len(file.Records) * 3; benchLines != want {
+		t.Errorf("%d benchmark lines, want %d (3 repetitions of %d figures)", benchLines, want, len(file.Records))
+	}
+
+	// Plots: one per sized latency and bandwidth suite, well-formed.
+	for _, name := range []string{"put-latency-latency", "get-latency-latency", "put-bw-bandwidth",
+		"put-nbi-bw-bandwidth", "get-bw-bandwidth", "get-nbi-bw-bandwidth"} {
+		if _, err := os.Stat(filepath.Join(svgDir, name+".svg")); err != nil {
+			t.Errorf("no plot %s.svg: %v", name, err)
+		}
+	}
+	svgs, _ := filepath.Glob(filepath.Join(svgDir, "*.svg"))
+	for _, f := range svgs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := xml.NewDecoder(bytes.NewReader(b))
+		for {
+			if _, err := d.Token(); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Errorf("%s: %v", f, err)
+				break
+			}
+		}
+		if !bytes.Contains(b, []byte("stroke-dasharray")) {
+			t.Errorf("%s has no limit line", f)
+		}
+	}
+}
+
+// Asking only for what cannot run is an error that says why, and no
+// job starts.
+func TestNothingToMeasure(t *testing.T) {
+	for _, args := range [][]string{
+		{"-transport", "tcp", "-quick"},
+		{"-pes", "4", "-suites", "put-latency", "-quick"},
+		{"-suites", "broadcast", "-quick"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 1 {
+			t.Errorf("goshbench %v: exit code %d, want 1\n%s", args, code, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "nothing to measure") || strings.Contains(stderr.String(), "starting") {
+			t.Errorf("goshbench %v: want a refusal before any job:\n%s", args, stderr.String())
+		}
+		if stdout.Len() != 0 {
+			t.Errorf("goshbench %v printed a report:\n%s", args, stdout.String())
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-transport", "udp"}, {"-pes", "1"}, {"-sizes", "4M-1K"}, {"-sizes", "2G"}, {"-suites", "nope"}, {"extra"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 2 {
+			t.Errorf("goshbench %v: exit code %d, want 2\n%s", args, code, stderr.String())
+		}
+	}
+}
+
+func TestParseSizes(t *testing.T) {
+	for in, want := range map[string][]int{
+		"8":         {8},
+		"8,4K,1M":   {8, 4096, 1 << 20},
+		"1-8":       {1, 2, 4, 8},
+		"1K-4K,8":   {8, 1024, 2048, 4096},
+		"3-20":      {3, 6, 12},
+		"1M, 1M,8B": {8, 1 << 20},
+	} {
+		got, err := parseSizes(in)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("parseSizes(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+}
+
+func TestList(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"-list"}, &stdout, &stderr); code != 0 {
+		t.Fatal(stderr.String())
+	}
+	for _, s := range suite.All() {
+		if !strings.Contains(stdout.String(), s.Name) {
+			t.Errorf("-list does not show %s", s.Name)
+		}
+	}
+}

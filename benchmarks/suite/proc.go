@@ -1,0 +1,58 @@
+package suite
+
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// procState is what Linux says about this process's scheduling.
+type procState struct {
+	cpu                     int    // CPU it last ran on (/proc/self/stat field 39); -1 if unknown
+	cpus                    string // Cpus_allowed_list
+	voluntary, nonvoluntary int64  // context switches so far
+}
+
+func readProc() procState {
+	st := procState{cpu: currentCPU()}
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return st
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		switch k {
+		case "Cpus_allowed_list":
+			st.cpus = v
+		case "voluntary_ctxt_switches":
+			st.voluntary, _ = strconv.ParseInt(v, 10, 64)
+		case "nonvoluntary_ctxt_switches":
+			st.nonvoluntary, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return st
+}
+
+// currentCPU is the CPU the calling thread last ran on, or -1.
+func currentCPU() int {
+	cpu := -1
+	if b, err := os.ReadFile("/proc/thread-self/stat"); err == nil {
+		// Fields after the command name, which is in parentheses and may
+		// contain spaces: field 3 is the first after ") ".
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i >= 0 {
+			f := strings.Fields(s[i+1:])
+			if len(f) > 36 {
+				cpu, _ = strconv.Atoi(f[36]) // field 39
+			}
+		}
+	}
+	return cpu
+}

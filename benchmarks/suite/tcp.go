@@ -1,0 +1,145 @@
+package suite
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// tcpLink is a loopback TCP connection between PEs 0 and 1, opened
+// with the standard library only (Go's netpoller, TCP_NODELAY as Go
+// sets it by default): the raw path that netmesh's TCP figures are
+// held to.
+type tcpLink struct {
+	conn net.Conn
+	buf  []byte // tcpStreamSize bytes
+}
+
+// link opens the connection the first time a TCP limit is built. Every
+// PE calls it (limits are built on every PE, in the same order) because
+// it meets all PEs once; PEs other than 0 and 1 get nil. An error is
+// kept and returned by every later call, so that the limit's run
+// reports it.
+func (b *B) link() (*tcpLink, error) {
+	if b.linked {
+		return b.tcp, b.tcpErr
+	}
+	b.linked = true
+	var ln *net.TCPListener
+	port := int64(-1) // PE 1 could not listen
+	if b.rank == 1 {
+		l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			b.tcpErr = fmt.Errorf("goshbench: PE 1 listening for the TCP limits: %w", err)
+		} else {
+			ln = l
+			defer ln.Close()
+			port = int64(ln.Addr().(*net.TCPAddr).Port)
+		}
+		// PE 1 tells PE 0 the port through PE 0's broadcast slot.
+		if err := shmem.P(b.xch, 3*b.npes, port, 0); err != nil {
+			return nil, err
+		}
+	}
+	if err := b.sync(); err != nil {
+		return nil, err
+	}
+	if b.rank > 1 || (b.rank == 1 && ln == nil) {
+		return nil, b.tcpErr
+	}
+	l := &tcpLink{buf: make([]byte, tcpStreamSize)}
+	var err error
+	if b.rank == 0 {
+		port = b.xch.Local()[3*b.npes]
+		if port < 0 {
+			b.tcpErr = fmt.Errorf("goshbench: PE 1 could not listen for the TCP limits")
+			return nil, b.tcpErr
+		}
+		l.conn, err = net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), b.cfg.Timeout)
+	} else {
+		ln.SetDeadline(time.Now().Add(b.cfg.Timeout))
+		l.conn, err = ln.Accept()
+	}
+	if err != nil {
+		b.tcpErr = fmt.Errorf("goshbench: PE %d opening the TCP limit connection: %w", b.rank, err)
+		return nil, b.tcpErr
+	}
+	b.tcp = l
+	return l, nil
+}
+
+// tcpRTT is an 8-byte ping-pong between PEs 0 and 1 over the link: PE 0
+// writes 8 bytes and reads 8 back, n times.
+func (b *B) tcpRTT() limit {
+	l, lerr := b.link()
+	return limit{name: limTCPRTT, run: func(n int) (sample, error) {
+		if b.rank > 1 {
+			return sample{}, nil
+		}
+		if lerr != nil {
+			return sample{}, lerr
+		}
+		var err error
+		msg := l.buf[:8]
+		l.conn.SetDeadline(time.Now().Add(b.cfg.Timeout))
+		start := time.Now()
+		for range n {
+			if b.rank == 0 {
+				if _, err = l.conn.Write(msg); err == nil {
+					_, err = io.ReadFull(l.conn, msg)
+				}
+			} else {
+				if _, err = io.ReadFull(l.conn, msg); err == nil {
+					_, err = l.conn.Write(msg)
+				}
+			}
+			if err != nil {
+				return sample{}, fmt.Errorf("goshbench: TCP ping-pong on PE %d: %w", b.rank, err)
+			}
+		}
+		return timed(start, n, 8*n), nil
+	}}
+}
+
+// tcpStream is PE 0 writing n 1 MiB buffers to PE 1, which reads them
+// all and answers one byte; the time is PE 0's, up to the answer.
+func (b *B) tcpStream() limit {
+	l, lerr := b.link()
+	return limit{name: limTCPStream, run: func(n int) (sample, error) {
+		if b.rank > 1 {
+			return sample{}, nil
+		}
+		if lerr != nil {
+			return sample{}, lerr
+		}
+		var err error
+		l.conn.SetDeadline(time.Now().Add(b.cfg.Timeout))
+		start := time.Now()
+		if b.rank == 0 {
+			for range n {
+				if _, err = l.conn.Write(l.buf); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				_, err = io.ReadFull(l.conn, l.buf[:1])
+			}
+		} else {
+			for range n {
+				if _, err = io.ReadFull(l.conn, l.buf); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				_, err = l.conn.Write(l.buf[:1])
+			}
+		}
+		if err != nil {
+			return sample{}, fmt.Errorf("goshbench: TCP stream on PE %d: %w", b.rank, err)
+		}
+		return timed(start, n, n*tcpStreamSize), nil
+	}}
+}
