@@ -100,19 +100,28 @@ func G[T Elem](src Sym[T], i int, target int) (T, error) {
 // PutNBI is Put that may return before src has been read: src must not
 // change until the next Quiet of dst's context.
 func PutNBI[T Elem](dst Sym[T], src []T, target int) error {
+	if p, off := dst.local(0, len(src), target); p != nil {
+		copyData(p.mem[off:], asBytes(src))
+		dst.b.pe.notify(p, off, uint64(len(src)*sizeOf[T]()))
+		return nil
+	}
 	_, p, off, err := dst.span(0, len(src), target)
-	if err != nil || len(src) == 0 || p.mem != nil {
-		if err == nil && len(src) > 0 {
-			return Put(dst, src, target)
-		}
+	if err != nil || len(src) == 0 {
 		return err
 	}
-	return p.link.PutNBI(off, asBytes(src))
+	if p.mem == nil {
+		return p.link.PutNBI(off, asBytes(src))
+	}
+	return Put(dst, src, target)
 }
 
 // GetNBI is Get that may return before dst is filled: dst is valid after
 // the next Quiet of src's context.
 func GetNBI[T Elem](dst []T, src Sym[T], target int) error {
+	if p, off := src.local(0, len(dst), target); p != nil {
+		copyData(asBytes(dst), p.mem[off:])
+		return nil
+	}
 	_, p, off, err := src.span(0, len(dst), target)
 	if err != nil || len(dst) == 0 {
 		return err
