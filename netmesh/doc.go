@@ -1,7 +1,55 @@
-// Package netmesh will carry goshmem's remote path: an authenticated full
-// mesh of TCP connections between PEs on different hosts, with PUT,
-// GET, atomic, put-with-signal, flush, heartbeat and goodbye frames
-// applied straight into the receiving PE's heap. It is not built yet;
-// until it is, PEs on different hosts refuse to start (see shmem.Init).
-// netmesh never imports shmem.
+// Package netmesh is goshmem's remote path: an authenticated full mesh of
+// TCP connections between PEs on different hosts, carrying one-sided
+// PUT, GET, atomic, put-with-signal, flush, heartbeat and goodbye frames
+// that the receiving side applies straight into its segment.
+//
+// A Mesh is one PE's end. Listen validates the configuration and starts
+// accepting; Addr is what the PE publishes; Connect(peers) links it with
+// every remote PE (the lower rank of a pair dials, the higher one
+// accepts; both run the handshake of handshake.go). Link(rank) returns the
+// link to one peer, whose methods (Put, PutNBI, Get, GetNBI, Atomic,
+// AtomicNBI, PutSignal, Flush, Fence) operate on the peer's segment by
+// offset. netmesh never imports shmem: shmem owns the routing decision
+// (shared memory for same-host peers, a Link for the others) and the
+// public API's argument checks.
+//
+// The wire format is fixed binary, little-endian, version byte first;
+// docs/wire.md is its normative description and each frame_*.go file
+// carries the byte table of the frames it encodes. Per connection one
+// reader goroutine applies frames in order: PUT payloads are read from
+// the socket into the segment, GETs are answered by writing from the
+// segment, atomics use heap.AtomicAt on the segment, the same hardware
+// atomics the same-host path uses, so both are coherent on one word. The
+// send side (writer.go) coalesces small frames from many goroutines into
+// one writev and sends large payloads from the caller's slice without
+// copying. With Config.Streams > 1, large PUTs and GETs are striped over
+// several connections per pair.
+//
+// Faults: a peer that closes, resets, stays silent for Heartbeat*Misses,
+// or leaves sent data unacknowledged that long is lost: every operation
+// pending on the link fails with an error wrapping errs.PeerLost that
+// names the rank, later operations fail at once, and Config.OnLost is
+// called once. A peer that breaks the protocol is sent an ERROR frame and
+// dropped the same way, with errs.Protocol as well. A peer that says
+// goodbye is not lost: operations on its link fail with errs.Finalized.
+//
+// Caveats. Put returns when src may be reused, not when the data arrived:
+// only Flush (or a blocking Get or Atomic on the same stream, which
+// travels behind it) says the peer applied it. PutNBI's src and GetNBI's
+// dst belong to the link until the next Flush returns; AtomicNBI's *dst is
+// written by a reader goroutine and is valid only after that Flush. A
+// GET is answered from the peer's memory as it is when the reply is
+// written, after every earlier frame on that stream was applied. With
+// Streams > 1, operations on different streams are not ordered with
+// each other: Fence then costs a Flush, while with one stream it is
+// free. A blocking Get or Atomic that waits longer than Config.Timeout
+// returns errs.Timeout and leaves the link up (a late reply is dropped);
+// a blocking Put of a large slice waits for the socket without a timeout
+// (the link's loss detection bounds it). Notify runs on a reader
+// goroutine and OnLost on whichever goroutine noticed the loss (possibly
+// one calling a Link method): both must return promptly, and OnLost must
+// not wait for Close. A lost link is not reconnected. The race detector does not
+// see the accesses the kernel makes to a segment (writev of GET replies)
+// and cannot order what one process's meshes do through a socket: tests
+// that inspect a peer's segment synchronise through Notify.
 package netmesh

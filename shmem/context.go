@@ -34,13 +34,23 @@ func (c *Context) check() error {
 }
 
 // Fence orders the context's operations to each target.
+//
+// Contexts share each remote link's single ordered stream, so a
+// context's Fence and Quiet order and complete the operations of every
+// context to the links they touch: more than asked, never less.
 func (c *Context) Fence() error {
-	return c.check()
+	if err := c.check(); err != nil {
+		return err
+	}
+	return c.pe.Fence()
 }
 
 // Quiet completes every operation issued through the context.
 func (c *Context) Quiet() error {
-	return c.check()
+	if err := c.check(); err != nil {
+		return err
+	}
+	return c.pe.flushAll()
 }
 
 // Close completes the context's operations and releases it. Operations

@@ -74,6 +74,21 @@ type route struct {
 	run  func(t *testing.T, n int, name string, s scenario) error
 }
 
+// pretendHosts names hosts for n PEs: "remote" puts every PE on a host
+// of its own, "mixed" puts PEs on hosts in pairs (a,a,b,b,...).
+func pretendHosts(kind string, n int) []string {
+	h := make([]string, n)
+	for i := range h {
+		switch kind {
+		case "remote":
+			h[i] = fmt.Sprintf("host%d", i)
+		case "mixed":
+			h[i] = fmt.Sprintf("host%d", i/2)
+		}
+	}
+	return h
+}
+
 var routes = []route{
 	{"goroutines", func(t *testing.T, n int, name string, s scenario) error {
 		return shmem.Run(n, s, shmem.WithTimeout(60*time.Second), shmem.WithHeapSize(16<<20))
@@ -81,22 +96,35 @@ var routes = []route{
 	{"processes", func(t *testing.T, n int, name string, s scenario) error {
 		return runProcesses(t, n, name, nil)
 	}},
+	// Pretend hosts: PEs on different names talk over loopback TCP
+	// through netmesh, as PEs on different machines do.
+	{"goroutines-tcp", func(t *testing.T, n int, name string, s scenario) error {
+		return shmem.Run(n, s, shmem.WithTimeout(60*time.Second), shmem.WithHeapSize(16<<20),
+			shmem.WithHosts(pretendHosts("remote", n)))
+	}},
+	{"goroutines-mixed", func(t *testing.T, n int, name string, s scenario) error {
+		return shmem.Run(n, s, shmem.WithTimeout(60*time.Second), shmem.WithHeapSize(16<<20),
+			shmem.WithHosts(pretendHosts("mixed", n)))
+	}},
+	{"processes-mixed", func(t *testing.T, n int, name string, s scenario) error {
+		return runProcesses(t, n, name, pretendHosts("mixed", n))
+	}},
 }
 
 // runProcesses launches n copies of this test binary as a job running
 // scenario name.
-func runProcesses(t *testing.T, n int, name string, extraEnv []string) error {
+func runProcesses(t *testing.T, n int, name string, hosts []string) error {
 	t.Helper()
 	if testing.Short() && n > 4 {
 		t.Skip("-short: skipping a job of more than 4 processes")
 	}
 	var out safeBuffer
 	job := &launch.Job{
-		N:       n,
-		Program: os.Args[0],
-		Args:    []string{"-test.run=^$"},
-		Env: append([]string{envScenario + "=" + name, "GOSHMEM_TIMEOUT=60s",
-			"SHMEM_SYMMETRIC_SIZE=16M"}, extraEnv...),
+		N:         n,
+		Program:   os.Args[0],
+		Args:      []string{"-test.run=^$"},
+		Env:       []string{envScenario + "=" + name, "GOSHMEM_TIMEOUT=60s", "SHMEM_SYMMETRIC_SIZE=16M"},
+		Hosts:     hosts,
 		Timeout:   3 * time.Minute,
 		TagOutput: true,
 		Stdout:    &out,

@@ -2,6 +2,7 @@ package shmem
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"runtime"
 	"strings"
@@ -22,9 +23,12 @@ const (
 // Route describes how this PE reaches one PE of the job.
 type Route struct {
 	PE   int
-	Kind string // "self", "shm" (heap mapped here) or "none" (no route: a remote PE, which needs netmesh)
+	Kind string // "self", "shm" (heap mapped here), "tcp" (a netmesh link) or "none" (no route yet)
 	Host string
 	Addr string // tcp: the peer's address
+	// Thunderbolt: the route runs over a link-local (169.254/16) address
+	// on a bridge or Thunderbolt interface: IP over Thunderbolt.
+	Thunderbolt bool
 }
 
 // Info describes a PE's configuration, for SHMEM_INFO and for programs.
@@ -68,6 +72,11 @@ func (pe *PE) Info() Info {
 			rt.Kind = "self"
 		case p.mem != nil:
 			rt.Kind = "shm"
+		case p.link != nil:
+			rt.Kind, rt.Addr = "tcp", p.addr
+			if h, _, err := net.SplitHostPort(p.addr); err == nil {
+				rt.Thunderbolt = thunderboltBridge(net.ParseIP(h))
+			}
 		default:
 			rt.Kind = "none"
 		}
@@ -96,6 +105,9 @@ func (in Info) String() string {
 		fmt.Fprintf(&b, "  route to PE %d: %s (host %q)", r.PE, r.Kind, r.Host)
 		if r.Addr != "" {
 			fmt.Fprintf(&b, " %s", r.Addr)
+		}
+		if r.Thunderbolt {
+			b.WriteString(" (IP over Thunderbolt)")
 		}
 		b.WriteByte('\n')
 	}

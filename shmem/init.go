@@ -171,18 +171,40 @@ func joinJob(cfg Config, env boot.Env, host string) (pe *PE, err error) {
 	if pe.alloc, err = heap.NewAllocator(heap.HeapBase, cfg.HeapSize, uint64(pe.cacheLine)); err != nil {
 		return nil, err
 	}
-	for r, ep := range eps {
-		if ep.Host != host {
-			return nil, fmt.Errorf("shmem: PE %d is on host %q and PE %d on %q: remote PEs need netmesh, which this build does not have yet: %w",
-				r, ep.Host, env.Rank, host, ErrInvalid)
+	remote := false
+	for _, ep := range eps {
+		remote = remote || ep.Host != host
+	}
+	if remote {
+		la, err := listenAddr(env.Rendezvous)
+		if err != nil {
+			return nil, err
+		}
+		if err := pe.startMesh(env.JobID, env.Key, la); err != nil {
+			return nil, err
 		}
 	}
 	if err := pe.exchangeSegments(ctx, env, eps); err != nil {
 		return nil, err
 	}
-	// Everyone has mapped everyone: the listener and our descriptor can go.
-	if _, err := bc.Allgather(ctx, nil); err != nil {
+	// Everyone has mapped everyone (the listener and our descriptor can
+	// go), and everyone with remote peers listens: swap the addresses.
+	var mine2 []byte
+	if pe.mesh != nil {
+		mine2 = []byte(pe.mesh.Addr())
+	}
+	addrs, err := bc.Allgather(ctx, mine2)
+	if err != nil {
 		return nil, fmt.Errorf("shmem: PE %d waiting for peers to map segments: %w", env.Rank, err)
+	}
+	if remote {
+		as := make([]string, len(addrs))
+		for r, a := range addrs {
+			as[r] = string(a)
+		}
+		if err := pe.connectMesh(ctx, as); err != nil {
+			return nil, err
+		}
 	}
 	pe.unixLn.Close()
 	pe.unixLn = nil
@@ -441,6 +463,10 @@ func (pe *PE) closeProcess() error {
 		}
 	}
 	var err error
+	if pe.mesh != nil {
+		pe.mesh.Close()
+		pe.mesh = nil
+	}
 	if pe.boot != nil {
 		err = pe.boot.Close()
 		pe.boot = nil

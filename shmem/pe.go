@@ -10,6 +10,7 @@ import (
 
 	"github.com/goshmem/goshmem/heap"
 	"github.com/goshmem/goshmem/internal/boot"
+	"github.com/goshmem/goshmem/netmesh"
 )
 
 // PE is one processing element of a job: this program's handle on its own
@@ -49,6 +50,8 @@ type PE struct {
 	unixLn  *net.UnixListener
 	closers []func()
 
+	mesh *netmesh.Mesh // links to PEs on other hosts, if any
+
 	// Run jobs only.
 	job *runJob
 
@@ -67,6 +70,7 @@ type peer struct {
 	wake     *uint32
 	seg      *heap.Segment // the mapping this PE owns, if any
 	link     remoteLink    // the TCP route to a PE on another host
+	addr     string        // the remote peer's address
 	conn     *net.UnixConn // same-host liveness link (process jobs)
 	departed atomic.Bool   // the peer said goodbye
 }

@@ -194,25 +194,6 @@ func TestGlobalExitUnderLauncher(t *testing.T) {
 	}
 }
 
-// Until netmesh lands, PEs on different hosts refuse to start, with an
-// error that says why (and never a panic).
-func TestDifferentHostsRefused(t *testing.T) {
-	var out safeBuffer
-	job := &launch.Job{
-		N: 2, Program: os.Args[0], Args: []string{"-test.run=^$"},
-		Env:     []string{envScenario + "=every-type", "GOSHMEM_TIMEOUT=30s", "SHMEM_SYMMETRIC_SIZE=4M"},
-		Hosts:   []string{"a", "b"},
-		Timeout: time.Minute, Stdout: &out, Stderr: &out,
-	}
-	code, err := job.Run(context.Background())
-	if err != nil || code == 0 {
-		t.Fatalf("code %d, err %v: want a failed job\n%s", code, err, out.String())
-	}
-	if !strings.Contains(out.String(), "remote PEs need netmesh") || strings.Contains(out.String(), "panic") {
-		t.Fatalf("want a clear refusal, got:\n%s", out.String())
-	}
-}
-
 // Init after Finalize starts afresh, under the launcher too: a new heap,
 // new links, the same rank.
 var _ = register("reinit", func(pe *shmem.PE) error {

@@ -276,9 +276,24 @@ func SignalFetch(sig Sym[uint64]) (uint64, error) {
 //
 // Over shared memory every put already ends with a full fence (see
 // notify) and every atomic is one. Over TCP a link is one ordered stream
-// and frames are applied in order. So Fence only checks the PE.
+// whose frames are applied in order, so Fence costs nothing; only a link
+// that stripes large transfers over several connections (GOSHMEM_STREAMS)
+// must flush to keep the order.
 func (pe *PE) Fence() error {
-	return pe.alive()
+	if err := pe.alive(); err != nil {
+		return err
+	}
+	if !pe.hasRemote {
+		return nil
+	}
+	for r := range pe.peers {
+		if l := pe.peers[r].link; l != nil && l.Outstanding() {
+			if err := l.Fence(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Quiet completes every put, non-blocking operation and signal this PE

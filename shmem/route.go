@@ -47,6 +47,7 @@ type remoteLink interface {
 	AtomicNBI(width int, op heap.AtomicOp, off, v, cond uint64, dst *uint64) error
 	PutSignal(off uint64, src []byte, sigOff uint64, add bool, v uint64) error
 	Flush() error
+	Fence() error
 	Outstanding() bool
 	Err() error
 }

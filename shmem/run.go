@@ -1,6 +1,8 @@
 package shmem
 
 import (
+	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"runtime"
@@ -51,12 +53,6 @@ func Run(n int, fn func(pe *PE) error, opts ...Option) error {
 	if len(hosts) != n {
 		return fmt.Errorf("shmem: WithHosts gives %d hosts for %d PEs: %w", len(hosts), n, ErrInvalid)
 	}
-	for i := range hosts {
-		if hosts[i] != hosts[0] {
-			return fmt.Errorf("shmem: PEs %d and %d are on different pretend hosts (%q, %q): remote PEs need netmesh, which this build does not have yet: %w",
-				0, i, hosts[0], hosts[i], ErrInvalid)
-		}
-	}
 	job := &runJob{pes: make([]*PE, n), exit: make([]bool, n)}
 	segs := make([]*heap.Segment, 0, n)
 	defer func() {
@@ -81,11 +77,26 @@ func Run(n int, fn func(pe *PE) error, opts ...Option) error {
 	}
 	for _, pe := range job.pes {
 		for r, other := range job.pes {
-			if r != pe.rank {
-				pe.peers[r] = peer{rank: r, host: hosts[r], pid: os.Getpid(), mem: other.mem,
-					wake: heap.Ptr32(other.mem, heap.WakeOff)}
+			if r == pe.rank {
+				continue
+			}
+			pe.peers[r] = peer{rank: r, host: hosts[r], pid: os.Getpid()}
+			if hosts[r] == hosts[pe.rank] {
+				pe.peers[r].mem, pe.peers[r].wake = other.mem, heap.Ptr32(other.mem, heap.WakeOff)
 			}
 		}
+	}
+	defer func() {
+		for _, pe := range job.pes {
+			if pe.mesh != nil {
+				pe.mesh.Close()
+			}
+		}
+	}()
+	if err := job.connect(cfg); err != nil {
+		return err
+	}
+	for _, pe := range job.pes {
 		pe.makeTeams()
 	}
 	job.pes[0].startInfo()
@@ -96,6 +107,48 @@ func Run(n int, fn func(pe *PE) error, opts ...Option) error {
 	}
 	wg.Wait()
 	return job.err
+}
+
+// connect gives the PEs on different pretend hosts their TCP links over
+// loopback, exactly as launched PEs on different hosts get theirs.
+func (j *runJob) connect(cfg Config) error {
+	var remote []*PE
+	for _, pe := range j.pes {
+		for r := range pe.peers {
+			if pe.peers[r].mem == nil && r != pe.rank {
+				remote = append(remote, pe)
+				break
+			}
+		}
+	}
+	if len(remote) == 0 {
+		return nil
+	}
+	key := make([]byte, 32)
+	rand.Read(key)
+	jobID := fmt.Sprintf("run-%d-%x", os.Getpid(), key[:4])
+	for _, pe := range remote {
+		if err := pe.startMesh(jobID, key, "127.0.0.1:0"); err != nil {
+			return err
+		}
+	}
+	addrs := make([]string, len(j.pes))
+	for _, pe := range remote {
+		addrs[pe.rank] = pe.mesh.Addr()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	errc := make(chan error, len(remote))
+	for _, pe := range remote {
+		go func() { errc <- pe.connectMesh(ctx, addrs) }()
+	}
+	var first error
+	for range remote {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 func (j *runJob) runPE(wg *sync.WaitGroup, pe *PE, fn func(*PE) error) {

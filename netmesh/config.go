@@ -1,0 +1,105 @@
+package netmesh
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/goshmem/goshmem/internal/errs"
+)
+
+// Config describes one PE's end of the mesh.
+type Config struct {
+	Rank, Size int
+	JobID      string // 1..255 bytes; both ends of a link must agree
+	Key        []byte // the job key, at least 16 bytes (32 from the launcher); never sent
+
+	// Mem is this PE's whole segment. Incoming PUTs, GETs and atomics are
+	// applied to it, after every offset and length from the wire was
+	// checked against len(Mem). It must start on an 8-byte boundary and
+	// stay valid until Close returns.
+	Mem []byte
+
+	// Notify, if not nil, is called by a reader goroutine after an
+	// incoming write (a PUT payload, a modifying atomic, a put-with-signal's
+	// data and then its signal word) was applied to Mem, with the range
+	// written. It must not block for long: the stream waits for it.
+	Notify func(off, n uint64)
+
+	// Listen is the address to listen on, for example "127.0.0.1:0",
+	// "[::1]:0" or "10.77.0.1:0". Use a concrete interface address: Addr
+	// publishes what the listener is bound to.
+	Listen string
+
+	// Timeout is the default start-up deadline of Connect and the bound
+	// on a blocking Get, Atomic or Flush (0: 2 minutes).
+	Timeout time.Duration
+
+	// Heartbeat is the interval after which a stream that has sent
+	// nothing sends a HEARTBEAT (0: 1 s). A stream from which nothing
+	// arrived for Misses intervals (0: 5) is lost; so is one whose sent
+	// data stays unacknowledged that long (TCP_USER_TIMEOUT).
+	Heartbeat time.Duration
+	Misses    int
+
+	// Streams is the number of connections per pair (GOSHMEM_STREAMS):
+	// PUT and GET payloads of 256 KiB or more are striped across them.
+	// Both ends must agree. 0 means 1; at most 64.
+	Streams int
+
+	// SockBuf sets SO_SNDBUF and SO_RCVBUF when positive. 0 keeps the
+	// kernel's defaults and autotuning (net.ipv4.tcp_wmem/tcp_rmem),
+	// which fill loopback and 1-10 GbE links; setting a value turns
+	// autotuning off for the socket.
+	SockBuf int
+
+	// Logf, if not nil, receives one line per refused connection, lost
+	// link and protocol violation.
+	Logf func(format string, args ...any)
+
+	// OnLost, if not nil, is called once per lost peer, with an error
+	// wrapping errs.PeerLost, by the goroutine that noticed the loss (a
+	// reader, the watchdog, or one calling a Link method whose write
+	// failed). It is not called for a peer that said goodbye, nor after
+	// Close began. It must return promptly and must not wait for Close.
+	OnLost func(rank int, err error)
+}
+
+// normalize checks c and fills in the defaults.
+func (c *Config) normalize() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("netmesh: "+format+": %w", append(args, errs.Invalid)...)
+	}
+	switch {
+	case c.Size < 1 || c.Size > math.MaxInt32:
+		return bad("job size %d", c.Size)
+	case c.Rank < 0 || c.Rank >= c.Size:
+		return bad("rank %d in a job of %d PEs", c.Rank, c.Size)
+	case len(c.JobID) == 0 || len(c.JobID) > maxJobID:
+		return bad("job id of %d bytes, want 1..%d", len(c.JobID), maxJobID)
+	case len(c.Key) < 16:
+		return bad("job key of %d bytes, want at least 16", len(c.Key))
+	case len(c.Mem) > 0 && !aligned(c.Mem, memAlign):
+		return bad("segment not aligned to %d bytes", memAlign)
+	case c.Listen == "":
+		return bad("empty listen address")
+	case c.Timeout < 0 || c.Heartbeat < 0 || c.Misses < 0 || c.SockBuf < 0:
+		return bad("negative timeout, heartbeat, misses or socket buffer")
+	case c.Streams < 0 || c.Streams > maxStreams:
+		return bad("%d streams, want 1..%d", c.Streams, maxStreams)
+	}
+	if c.Timeout == 0 {
+		c.Timeout = defaultTimeout
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = defaultHeartbeat
+	}
+	if c.Misses == 0 {
+		c.Misses = defaultMisses
+	}
+	if c.Streams == 0 {
+		c.Streams = 1
+	}
+	c.Key = append([]byte(nil), c.Key...)
+	return nil
+}

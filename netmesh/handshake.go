@@ -1,0 +1,431 @@
+package netmesh
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/goshmem/goshmem/internal/errs"
+)
+
+// The handshake opens every connection, before any frame. The dialing side
+// (the lower rank, "client") and the accepting side ("server") exchange
+// four messages; either side may send REFUSE instead of its next message
+// and close.
+//
+//	client -> server  HELLO      who I am, whom I want, my nonce
+//	server -> client  CHALLENGE  my nonce, my MAC over HELLO and CHALLENGE
+//	client -> server  PROOF      my MAC over HELLO and the whole CHALLENGE
+//	server -> client  ACCEPT     frames may flow
+//
+// Every message starts with the same 8-byte prefix, stable across
+// protocol versions:
+//
+//	offset  width  meaning
+//	0       4      magic "GSNM"
+//	4       1      Version (0x01): checked right after the magic, before any other field
+//	5       1      kind: 0x01 HELLO, 0x02 CHALLENGE, 0x03 PROOF, 0x04 ACCEPT, 0x05 REFUSE
+//	6       2      kind-specific (below); reserved bytes are 0
+//
+// HELLO (64+J bytes):
+//
+//	offset  width  byte order  meaning
+//	6       1      -           J: job id bytes, 1..255
+//	7       1      -           reserved, 0
+//	8       4      LE uint32   client rank
+//	12      4      LE uint32   server rank: the rank the client means to reach
+//	16      2      LE uint16   stream index, < stream count
+//	18      2      LE uint16   stream count (Config.Streams; both sides must agree)
+//	20      4      -           reserved, 0
+//	24      8      LE uint64   client segment size (len(Config.Mem))
+//	32      32     -           client nonce: fresh random bytes
+//	64      J      -           job id, UTF-8
+//
+// CHALLENGE (88 bytes):
+//
+//	offset  width  byte order  meaning
+//	6       2      -           reserved, 0
+//	8       4      LE uint32   server rank
+//	12      4      -           reserved, 0
+//	16      8      LE uint64   server segment size
+//	24      32     -           server nonce: fresh random bytes
+//	56      32     -           server MAC = HMAC-SHA256(key, labelServer || HELLO || CHALLENGE[0:56])
+//
+// PROOF (40 bytes):
+//
+//	offset  width  meaning
+//	6       2      reserved, 0
+//	8       32     client MAC = HMAC-SHA256(key, labelClient || HELLO || CHALLENGE)
+//
+// ACCEPT (8 bytes): bytes 6-7 reserved, 0. REFUSE (8 bytes): byte 6 is
+// the refusal code (refuseVersion ... refuseMalformed), byte 7 reserved.
+//
+// Each MAC covers the whole transcript so far, so every field of both
+// messages (version, job id, ranks, stream, segment sizes, both nonces)
+// is authenticated. Both nonces are fresh per connection, so a recorded
+// exchange cannot be replayed; the two labels keep one side's MAC from
+// being reflected as the other's. The key never crosses the wire.
+
+type hello struct {
+	jobID      string
+	client     uint32
+	server     uint32
+	stream     uint16
+	streams    uint16
+	memSize    uint64
+	nonce      [nonceLen]byte
+	raw        []byte // the encoded message, for the transcript
+	remoteAddr string
+}
+
+type challenge struct {
+	server  uint32
+	memSize uint64
+	nonce   [nonceLen]byte
+	mac     [macLen]byte
+}
+
+// hsParams is what one side knows before a handshake.
+type hsParams struct {
+	key     []byte
+	jobID   string
+	rank    int
+	size    int
+	streams int
+	memSize uint64
+}
+
+func appendPrefix(b []byte, kind byte, x, y byte) []byte {
+	b = append(b, hsMagic...)
+	return append(b, Version, kind, x, y)
+}
+
+// parseHSPrefix checks the magic, then the version, then returns the
+// kind and the two kind-specific bytes.
+func parseHSPrefix(b []byte) (kind, x, y byte, err error) {
+	switch {
+	case len(b) < hsPrefixLen:
+		return 0, 0, 0, hsErr("handshake message of %d bytes, shorter than its %d-byte prefix", len(b), hsPrefixLen)
+	case string(b[:4]) != hsMagic:
+		return 0, 0, 0, hsErr("not a netmesh handshake (magic %q)", b[:4])
+	case b[4] != Version:
+		return 0, 0, 0, &refusal{code: refuseVersion, msg: fmt.Sprintf("protocol version %d, want %d", b[4], Version)}
+	}
+	return b[5], b[6], b[7], nil
+}
+
+// appendHello appends a HELLO.
+func appendHello(b []byte, h *hello) []byte {
+	b = appendPrefix(b, hsHello, byte(len(h.jobID)), 0)
+	b = le.AppendUint32(b, h.client)
+	b = le.AppendUint32(b, h.server)
+	b = le.AppendUint16(b, h.stream)
+	b = le.AppendUint16(b, h.streams)
+	b = append(b, 0, 0, 0, 0)
+	b = le.AppendUint64(b, h.memSize)
+	b = append(b, h.nonce[:]...)
+	return append(b, h.jobID...)
+}
+
+// helloLen is the length of a HELLO for a job id of j bytes.
+func helloLen(j int) int { return helloFixedLen + j }
+
+// parseHello decodes a whole HELLO. It checks the form only; whether the
+// job, ranks and streams are acceptable is judged by checkHello.
+func parseHello(b []byte) (hello, error) {
+	kind, j, r, err := parseHSPrefix(b)
+	switch {
+	case err != nil:
+		return hello{}, err
+	case kind != hsHello:
+		return hello{}, hsErr("handshake message kind 0x%02x, want HELLO", kind)
+	case j == 0:
+		return hello{}, hsErr("HELLO with an empty job id")
+	case len(b) != helloLen(int(j)):
+		return hello{}, hsErr("HELLO of %d bytes, want %d", len(b), helloLen(int(j)))
+	case r != 0 || le.Uint32(b[20:24]) != 0:
+		return hello{}, hsErr("HELLO with reserved bytes set")
+	}
+	h := hello{
+		client:  le.Uint32(b[8:12]),
+		server:  le.Uint32(b[12:16]),
+		stream:  le.Uint16(b[16:18]),
+		streams: le.Uint16(b[18:20]),
+		memSize: le.Uint64(b[24:32]),
+		jobID:   string(b[64:]),
+		raw:     b,
+	}
+	copy(h.nonce[:], b[32:64])
+	return h, nil
+}
+
+// checkHello judges a HELLO received by the server described by p.
+func checkHello(h *hello, p *hsParams) error {
+	switch {
+	case h.jobID != p.jobID:
+		return &refusal{code: refuseJob, msg: fmt.Sprintf("job %q, want %q", h.jobID, p.jobID)}
+	case int64(h.server) != int64(p.rank):
+		return &refusal{code: refuseRank, msg: fmt.Sprintf("meant for PE %d, this is PE %d", h.server, p.rank)}
+	case int64(h.client) >= int64(p.rank):
+		return &refusal{code: refuseRank, msg: fmt.Sprintf("PE %d may not dial PE %d (the lower rank dials)", h.client, p.rank)}
+	case int(h.streams) != p.streams || h.stream >= h.streams:
+		return &refusal{code: refuseStreams, msg: fmt.Sprintf("stream %d of %d, want %d streams", h.stream, h.streams, p.streams)}
+	}
+	return nil
+}
+
+// appendChallenge appends a CHALLENGE, MAC included.
+func appendChallenge(b []byte, c *challenge) []byte {
+	b = appendPrefix(b, hsChallenge, 0, 0)
+	b = le.AppendUint32(b, c.server)
+	b = append(b, 0, 0, 0, 0)
+	b = le.AppendUint64(b, c.memSize)
+	b = append(b, c.nonce[:]...)
+	return append(b, c.mac[:]...)
+}
+
+// challengeLength is the length of a CHALLENGE.
+func challengeLength() int { return challengeLen }
+
+// parseChallenge decodes a CHALLENGE.
+func parseChallenge(b []byte) (challenge, error) {
+	kind, x, y, err := parseHSPrefix(b)
+	switch {
+	case err != nil:
+		return challenge{}, err
+	case kind != hsChallenge:
+		return challenge{}, hsErr("handshake message kind 0x%02x, want CHALLENGE", kind)
+	case len(b) != challengeLen:
+		return challenge{}, hsErr("CHALLENGE of %d bytes, want %d", len(b), challengeLen)
+	case x != 0 || y != 0 || le.Uint32(b[12:16]) != 0:
+		return challenge{}, hsErr("CHALLENGE with reserved bytes set")
+	}
+	c := challenge{server: le.Uint32(b[8:12]), memSize: le.Uint64(b[16:24])}
+	copy(c.nonce[:], b[24:56])
+	copy(c.mac[:], b[56:88])
+	return c, nil
+}
+
+// appendProof appends a PROOF.
+func appendProof(b []byte, mac []byte) []byte {
+	b = appendPrefix(b, hsProof, 0, 0)
+	return append(b, mac...)
+}
+
+// proofLength is the length of a PROOF.
+func proofLength() int { return proofLen }
+
+// parseProof decodes a PROOF and returns its MAC.
+func parseProof(b []byte) ([]byte, error) {
+	kind, x, y, err := parseHSPrefix(b)
+	switch {
+	case err != nil:
+		return nil, err
+	case kind != hsProof:
+		return nil, hsErr("handshake message kind 0x%02x, want PROOF", kind)
+	case len(b) != proofLen:
+		return nil, hsErr("PROOF of %d bytes, want %d", len(b), proofLen)
+	case x != 0 || y != 0:
+		return nil, hsErr("PROOF with reserved bytes set")
+	}
+	return b[8:40], nil
+}
+
+// appendAccept appends an ACCEPT.
+func appendAccept(b []byte) []byte { return appendPrefix(b, hsAccept, 0, 0) }
+
+// appendRefuse appends a REFUSE with code.
+func appendRefuse(b []byte, code byte) []byte { return appendPrefix(b, hsRefuse, code, 0) }
+
+// parseAnswer decodes an 8-byte ACCEPT or REFUSE. A REFUSE returns a
+// *refusal.
+func parseAnswer(b []byte) error {
+	kind, x, y, err := parseHSPrefix(b)
+	switch {
+	case err != nil:
+		return err
+	case len(b) != acceptLen:
+		return hsErr("answer of %d bytes, want %d", len(b), acceptLen)
+	case y != 0:
+		return hsErr("answer with reserved bytes set")
+	case kind == hsRefuse:
+		return &refusal{code: x, msg: "refused by the peer: " + refuseName(x), remote: true}
+	case kind != hsAccept || x != 0:
+		return hsErr("handshake message kind 0x%02x, want ACCEPT", kind)
+	}
+	return nil
+}
+
+func refuseName(code byte) string {
+	switch code {
+	case refuseVersion:
+		return "protocol version mismatch"
+	case refuseJob:
+		return "another job"
+	case refuseRank:
+		return "rank not accepted"
+	case refuseStreams:
+		return "stream count mismatch"
+	case refuseAuth:
+		return "authentication failed"
+	case refuseDuplicate:
+		return "stream already connected"
+	case refuseClosing:
+		return "mesh closing"
+	case refuseMalformed:
+		return "malformed handshake"
+	}
+	return fmt.Sprintf("refusal code 0x%02x", code)
+}
+
+// refusal is a handshake step that failed with a code to tell the peer
+// (or, with remote set, one the peer told us).
+type refusal struct {
+	code   byte
+	msg    string
+	remote bool
+}
+
+func (r *refusal) Error() string { return "netmesh: handshake: " + r.msg }
+func (r *refusal) Unwrap() error { return errs.Auth }
+
+// hsErr is a malformed handshake message.
+func hsErr(format string, args ...any) error {
+	return &refusal{code: refuseMalformed, msg: fmt.Sprintf(format, args...)}
+}
+
+func mac(key []byte, label string, parts ...[]byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(label))
+	for _, p := range parts {
+		m.Write(p)
+	}
+	return m.Sum(nil)
+}
+
+// refuse tells the peer why, best effort, and returns err.
+func refuse(w io.Writer, err error) error {
+	var r *refusal
+	if errors.As(err, &r) && !r.remote {
+		w.Write(appendRefuse(nil, r.code))
+	}
+	return err
+}
+
+// serverHandshake runs the accepting side on rw (the caller has set a
+// deadline). admit is called once the client has proved the key; it
+// returns a refusal code, or 0 to accept, and it must reserve the slot so
+// that the stream is registered before ACCEPT is sent. Every failure
+// wraps errs.Auth. The client's frames are never read here.
+func serverHandshake(rw io.ReadWriter, p *hsParams, admit func(*hello) byte) (hello, error) {
+	var pre [hsPrefixLen]byte
+	if _, err := io.ReadFull(rw, pre[:]); err != nil {
+		return hello{}, authIO("reading HELLO", err)
+	}
+	kind, j, _, err := parseHSPrefix(pre[:])
+	if err != nil {
+		return hello{}, refuse(rw, err)
+	}
+	if kind != hsHello {
+		return hello{}, refuse(rw, hsErr("handshake message kind 0x%02x, want HELLO", kind))
+	}
+	raw := make([]byte, helloLen(int(j))) // j <= 255: bounded before any allocation
+	copy(raw, pre[:])
+	if _, err := io.ReadFull(rw, raw[hsPrefixLen:]); err != nil {
+		return hello{}, authIO("reading HELLO", err)
+	}
+	h, err := parseHello(raw)
+	if err != nil {
+		return hello{}, refuse(rw, err)
+	}
+	if err := checkHello(&h, p); err != nil {
+		return h, refuse(rw, err)
+	}
+	c := challenge{server: uint32(p.rank), memSize: p.memSize}
+	rand.Read(c.nonce[:])
+	cb := appendChallenge(make([]byte, 0, challengeLen), &c)
+	copy(cb[challengeMACAt:], mac(p.key, labelServer, raw, cb[:challengeMACAt]))
+	if _, err := rw.Write(cb); err != nil {
+		return h, authIO("writing CHALLENGE", err)
+	}
+	var pb [proofLen]byte
+	if _, err := io.ReadFull(rw, pb[:]); err != nil {
+		return h, authIO("reading PROOF", err)
+	}
+	got, err := parseProof(pb[:])
+	if err != nil {
+		return h, refuse(rw, err)
+	}
+	if !hmac.Equal(got, mac(p.key, labelClient, raw, cb)) {
+		return h, refuse(rw, &refusal{code: refuseAuth, msg: fmt.Sprintf("PE %d's proof does not verify with the job key", h.client)})
+	}
+	if code := admit(&h); code != 0 {
+		return h, refuse(rw, &refusal{code: code, msg: fmt.Sprintf("PE %d stream %d: %s", h.client, h.stream, refuseName(code))})
+	}
+	if _, err := rw.Write(appendAccept(nil)); err != nil {
+		return h, authIO("writing ACCEPT", err)
+	}
+	return h, nil
+}
+
+// clientHandshake runs the dialing side on rw (the caller has set a
+// deadline) to reach rank server as stream index stream. It returns the
+// server's segment size. A refusal or a bad server MAC wraps errs.Auth;
+// an I/O error is returned as it is, so the dialer may retry.
+func clientHandshake(rw io.ReadWriter, p *hsParams, server, stream int) (uint64, error) {
+	h := hello{
+		jobID:   p.jobID,
+		client:  uint32(p.rank),
+		server:  uint32(server),
+		stream:  uint16(stream),
+		streams: uint16(p.streams),
+		memSize: p.memSize,
+	}
+	rand.Read(h.nonce[:])
+	raw := appendHello(make([]byte, 0, helloLen(len(h.jobID))), &h)
+	if _, err := rw.Write(raw); err != nil {
+		return 0, err
+	}
+	var cb [challengeLen]byte
+	if _, err := io.ReadFull(rw, cb[:hsPrefixLen]); err != nil {
+		return 0, err
+	}
+	kind, _, _, err := parseHSPrefix(cb[:hsPrefixLen])
+	if err != nil {
+		return 0, refuse(rw, err)
+	}
+	if kind == hsRefuse {
+		return 0, parseAnswer(cb[:hsPrefixLen])
+	}
+	if _, err := io.ReadFull(rw, cb[hsPrefixLen:]); err != nil {
+		return 0, err
+	}
+	c, err := parseChallenge(cb[:])
+	if err != nil {
+		return 0, refuse(rw, err)
+	}
+	if int64(c.server) != int64(server) {
+		return 0, refuse(rw, &refusal{code: refuseRank, msg: fmt.Sprintf("dialled PE %d, reached PE %d", server, c.server)})
+	}
+	if !hmac.Equal(c.mac[:], mac(p.key, labelServer, raw, cb[:challengeMACAt])) {
+		return 0, refuse(rw, &refusal{code: refuseAuth, msg: fmt.Sprintf("PE %d's challenge does not verify with the job key", server)})
+	}
+	if _, err := rw.Write(appendProof(make([]byte, 0, proofLen), mac(p.key, labelClient, raw, cb[:]))); err != nil {
+		return 0, err
+	}
+	var ab [acceptLen]byte
+	if _, err := io.ReadFull(rw, ab[:]); err != nil {
+		return 0, err
+	}
+	if err := parseAnswer(ab[:]); err != nil {
+		return 0, err
+	}
+	return c.memSize, nil
+}
+
+func authIO(step string, err error) error {
+	return fmt.Errorf("netmesh: handshake: %s: %v: %w", step, err, errs.Auth)
+}

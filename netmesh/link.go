@@ -1,0 +1,601 @@
+package netmesh
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goshmem/goshmem/heap"
+	"github.com/goshmem/goshmem/internal/errs"
+)
+
+// Link is this PE's connection to one remote PE: Config.Streams TCP
+// streams. Small operations, atomics and flushes use stream 0; PUT and GET
+// payloads of stripeMin bytes or more are split across all streams.
+// All methods are safe for concurrent use.
+type Link struct {
+	m       *Mesh
+	rank    int
+	peerMem uint64 // the peer's segment size, from the handshake
+
+	streams []*stream // by index; entries set under m.mu before the link is ready
+	up      int       // streams started; under m.mu
+	ready   bool      // every stream started; under m.mu
+
+	calls callTable
+
+	mu    sync.Mutex // protects err's first assignment
+	err   atomic.Pointer[error]
+	state int // linkUp ... linkLost; under mu
+}
+
+// Link states.
+const (
+	linkUp      = iota
+	linkClosing // this side's Close: goodbye sent
+	linkGone    // the peer said goodbye
+	linkLost    // failed: closed, reset, silent, or a protocol violation
+)
+
+func newLink(m *Mesh, rank int, peerMem uint64) *Link {
+	l := &Link{m: m, rank: rank, peerMem: peerMem, streams: make([]*stream, m.cfg.Streams)}
+	l.calls.init()
+	return l
+}
+
+// Err returns nil while the link is up; afterwards an error that wraps
+// errs.PeerLost (lost, with errs.Protocol too after a protocol violation)
+// or errs.Finalized (a goodbye, or this mesh's Close).
+func (l *Link) Err() error {
+	if p := l.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// RemoteAddr returns the peer's address of stream 0.
+func (l *Link) RemoteAddr() string { return l.streams[0].conn.RemoteAddr().String() }
+
+// setDown moves the link out of linkUp and records err. It reports
+// whether this call did it.
+func (l *Link) setDown(state int, err error) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != linkUp {
+		return false
+	}
+	l.state = state
+	l.err.Store(&err)
+	return true
+}
+
+// lostErr is the error of a link lost for cause.
+func (l *Link) lostErr(cause error) error {
+	return fmt.Errorf("netmesh: link from PE %d to PE %d lost: %v: %w", l.m.cfg.Rank, l.rank, cause, errs.PeerLost)
+}
+
+// fail takes the link down for err: every pending operation fails with
+// it, later ones fail at once, every stream closes, and OnLost is called
+// when report is set and Close has not begun.
+//
+// On a link that is already down (closing, or the peer said goodbye) it
+// still closes every stream and fails what is pending, with the link's
+// error, but neither logs nor reports.
+func (l *Link) fail(err error, report bool) {
+	first := l.setDown(linkLost, err)
+	err = l.Err()
+	l.calls.failStream(-1, err, true)
+	m := l.m
+	m.mu.Lock()
+	closing := m.closing
+	streams := append([]*stream(nil), l.streams...)
+	m.notifyChanged()
+	m.mu.Unlock()
+	for _, st := range streams {
+		if st != nil {
+			st.q.fail(err)
+			st.conn.Close()
+		}
+	}
+	if !first {
+		return
+	}
+	m.logf("%v", err)
+	if report && !closing && m.cfg.OnLost != nil {
+		m.cfg.OnLost(l.rank, err)
+	}
+}
+
+// opErr turns a send-queue error into the error an operation returns.
+func (l *Link) opErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if e := l.Err(); e != nil {
+		return e
+	}
+	if err == errShut {
+		return fmt.Errorf("netmesh: link to PE %d closing: %w", l.rank, errs.Finalized)
+	}
+	return l.lostErr(err)
+}
+
+func (l *Link) checkRange(what string, off uint64, n int) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	if !inBounds(off, uint64(n), l.peerMem) {
+		return fmt.Errorf("netmesh: %s of %d bytes at offset %d on PE %d: past its %d-byte segment: %w", what, n, off, l.rank, l.peerMem, errs.OutOfBounds)
+	}
+	return nil
+}
+
+// part is one piece of a transfer and the stream it goes on.
+type part struct {
+	st  *stream
+	off uint64 // offset in the peer's segment
+	lo  int    // offset in the caller's slice
+	n   int
+}
+
+// plan splits a transfer of n bytes at off: on stream 0 when it is small
+// or there is one stream, else in len(streams) contiguous parts, split on
+// stripeAlign boundaries. Parts longer than MaxPayload become several
+// frames on their stream.
+func (l *Link) plan(off uint64, n int, buf *[maxStreams]part) []part {
+	ps := buf[:0]
+	k := len(l.streams)
+	if k == 1 || n < stripeMin {
+		return append(ps, part{st: l.streams[0], off: off, n: n})
+	}
+	per := ((n+k-1)/k + stripeAlign - 1) / stripeAlign * stripeAlign // k*per >= n
+	for i, lo := 0, 0; lo < n; i++ {
+		sz := min(per, n-lo)
+		ps = append(ps, part{st: l.streams[i], off: off + uint64(lo), lo: lo, n: sz})
+		lo += sz
+	}
+	return ps
+}
+
+// Put writes src at off of the peer's segment. It returns when src may be
+// reused, not when the data has arrived (that is Flush's job).
+func (l *Link) Put(off uint64, src []byte) error { return l.put(off, src, true) }
+
+// PutNBI is Put without waiting: src must not change until the next
+// Flush returns.
+func (l *Link) PutNBI(off uint64, src []byte) error { return l.put(off, src, false) }
+
+func (l *Link) put(off uint64, src []byte, blocking bool) error {
+	if err := l.checkRange("put", off, len(src)); err != nil || len(src) == 0 {
+		return err
+	}
+	var buf [maxStreams]part
+	ps := l.plan(off, len(src), &buf)
+	if len(ps) == 1 {
+		mode := sendLater
+		if blocking {
+			mode = sendNow
+		}
+		_, err := l.putOn(ps[0].st, off, src, mode, blocking && len(src) > copyMax)
+		return err
+	}
+	// Striped: queue the other streams' parts for their writer goroutines,
+	// write stream 0's part here, then wait for the others if blocking.
+	var seqs [maxStreams]uint64
+	for i := len(ps) - 1; i >= 0; i-- {
+		p := ps[i]
+		mode, wait := sendLater, false
+		if i == 0 && blocking {
+			mode, wait = sendNow, true
+		}
+		seq, err := l.putOn(p.st, p.off, src[p.lo:p.lo+p.n], mode, wait)
+		if err != nil {
+			return err
+		}
+		seqs[i] = seq
+	}
+	if blocking {
+		for i := 1; i < len(ps); i++ {
+			if err := l.opErr(ps[i].st.q.wait(seqs[i])); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// putOn queues src as PUT frames on st and commits them. It returns the
+// number of the batch that carries them.
+func (l *Link) putOn(st *stream, off uint64, src []byte, mode int, wait bool) (uint64, error) {
+	q := st.q
+	b, err := q.open()
+	if err != nil {
+		return 0, l.opErr(err)
+	}
+	for len(src) > 0 {
+		n := min(len(src), MaxPayload)
+		old := len(b.buf)
+		b.buf = appendPut(b.buf, off, uint32(n))
+		if n <= copyMax {
+			b.buf = append(b.buf, src[:n]...)
+			b.addBuf(old)
+		} else {
+			b.addBuf(old)
+			b.addExt(src[:n])
+		}
+		q.sent.Add(1)
+		off += uint64(n)
+		src = src[n:]
+	}
+	seq := q.taken + 1
+	return seq, l.opErr(q.commit(mode, wait))
+}
+
+// PutSignal writes src at off and then updates the 8-byte signal word at
+// sigOff of the peer's segment (adds v when add is set, else stores v).
+// The peer applies the data before the signal. It returns when src may be
+// reused. The data always travels on stream 0, with the signal.
+func (l *Link) PutSignal(off uint64, src []byte, sigOff uint64, add bool, v uint64) error {
+	if err := l.checkRange("put-signal data", off, len(src)); err != nil {
+		return err
+	}
+	if err := l.checkRange("put-signal signal", sigOff, 8); err != nil {
+		return err
+	}
+	if sigOff%8 != 0 {
+		return fmt.Errorf("netmesh: put-signal signal at offset %d on PE %d: not 8-byte aligned: %w", sigOff, l.rank, errs.Invalid)
+	}
+	op := byte(signalSet)
+	if add {
+		op = signalAdd
+	}
+	q := l.streams[0].q
+	b, err := q.open()
+	if err != nil {
+		return l.opErr(err)
+	}
+	// Every chunk but the last is a PUT; the last rides in the PUT_SIGNAL.
+	ext := false
+	for len(src) > MaxPayload {
+		old := len(b.buf)
+		b.buf = appendPut(b.buf, off, MaxPayload)
+		b.addBuf(old)
+		b.addExt(src[:MaxPayload])
+		q.sent.Add(1)
+		off += MaxPayload
+		src, ext = src[MaxPayload:], true
+	}
+	old := len(b.buf)
+	b.buf = appendPutSignal(b.buf, off, uint32(len(src)), sigOff, op, v)
+	if len(src) <= copyMax {
+		b.buf = append(b.buf, src...)
+		b.addBuf(old)
+	} else {
+		b.addBuf(old)
+		b.addExt(src)
+		ext = true
+	}
+	q.sent.Add(1)
+	return l.opErr(q.commit(sendNow, ext))
+}
+
+// Get reads len(dst) bytes at off of the peer's segment into dst. The
+// reply is read from the socket straight into dst.
+func (l *Link) Get(dst []byte, off uint64) error { return l.get(dst, off, true) }
+
+// GetNBI is Get without waiting: dst holds the data after the next Flush.
+func (l *Link) GetNBI(dst []byte, off uint64) error { return l.get(dst, off, false) }
+
+func (l *Link) get(dst []byte, off uint64, blocking bool) error {
+	if err := l.checkRange("get", off, len(dst)); err != nil || len(dst) == 0 {
+		return err
+	}
+	if len(l.streams) == 1 && len(dst) <= MaxPayload {
+		// The common case: one request, one reply.
+		c := getCall()
+		c.kind, c.stream, c.dst, c.nbi = typeGet, 0, dst, !blocking
+		if err := l.request(c, func(b []byte) []byte { return appendGet(b, c.id, off, uint32(len(dst))) }, blocking); err != nil {
+			return err
+		}
+		if !blocking {
+			return nil
+		}
+		err := l.calls.wait(c, l.m.cfg.Timeout)
+		putCall(c)
+		return l.waitErr(err, "get", len(dst), off)
+	}
+	var buf [maxStreams]part
+	var calls []*call
+	var first error
+	for _, p := range l.plan(off, len(dst), &buf) {
+		for lo := 0; lo < p.n; lo += MaxPayload {
+			n := min(MaxPayload, p.n-lo)
+			c := getCall()
+			c.kind, c.stream, c.nbi = typeGet, p.st.idx, !blocking
+			c.dst = dst[p.lo+lo : p.lo+lo+n]
+			coff := p.off + uint64(lo)
+			if err := l.request(c, func(b []byte) []byte { return appendGet(b, c.id, coff, uint32(n)) }, blocking); err != nil {
+				first = err
+				break
+			}
+			if blocking {
+				calls = append(calls, c)
+			}
+		}
+		if first != nil {
+			break
+		}
+	}
+	for _, c := range calls {
+		err := l.calls.wait(c, l.m.cfg.Timeout)
+		putCall(c)
+		if err != nil && first == nil {
+			first = l.waitErr(err, "get", len(dst), off)
+		}
+	}
+	return first
+}
+
+// request enters c in the call table and queues the request frame that
+// enc appends (enc sees c.id). Blocking requests are written at once on
+// c's stream, non-blocking ones by the writer goroutine. On an error the
+// call is finished (and recycled) before request returns.
+func (l *Link) request(c *call, enc func([]byte) []byte, blocking bool) error {
+	if err := l.calls.add(c); err != nil {
+		putCall(c)
+		return l.opErr(err)
+	}
+	q := l.streams[c.stream].q
+	b, err := q.open()
+	if err != nil {
+		// Nothing was queued, so no reply can come: the call is ours again
+		// unless the link's failure already completed it.
+		if l.calls.removeIf(c) {
+			putCall(c)
+		} else if !c.nbi {
+			c.block()
+			putCall(c)
+		}
+		return l.opErr(err)
+	}
+	old := len(b.buf)
+	b.buf = enc(b.buf)
+	b.addBuf(old)
+	if c.kind != typeFlush {
+		q.sent.Add(1) // a FLUSH is not itself something to flush
+	}
+	mode := sendLater
+	if blocking {
+		mode = sendNow
+	}
+	if err := q.commit(mode, false); err != nil {
+		// commit told the link, whose failure completes every call.
+		if !c.nbi {
+			c.block()
+			putCall(c)
+		}
+		return l.opErr(err)
+	}
+	return nil
+}
+
+var errWaitTimeout = errors.New("netmesh: wait timed out")
+
+func (l *Link) waitErr(err error, what string, n int, off uint64) error {
+	if err == errWaitTimeout {
+		return fmt.Errorf("netmesh: %s of %d bytes at offset %d on PE %d: no reply after %v: %w", what, n, off, l.rank, l.m.cfg.Timeout, errs.Timeout)
+	}
+	return err
+}
+
+// checkAtomic checks an atomic's arguments and returns the operands as
+// they go on the wire (cut to 32 bits at width 4; cond only for
+// compare-swap).
+func (l *Link) checkAtomic(width int, op heap.AtomicOp, off, v, cond uint64) (uint64, uint64, error) {
+	switch {
+	case !op.Valid():
+		return 0, 0, fmt.Errorf("netmesh: atomic op 0x%02x: %w", byte(op), errs.Invalid)
+	case width != 4 && width != 8:
+		return 0, 0, fmt.Errorf("netmesh: atomic %s of width %d: %w", op, width, errs.Invalid)
+	case off%uint64(width) != 0:
+		return 0, 0, fmt.Errorf("netmesh: atomic %s of width %d at offset %d on PE %d: not aligned: %w", op, width, off, l.rank, errs.Invalid)
+	}
+	if err := l.Err(); err != nil {
+		return 0, 0, err
+	}
+	if !inBounds(off, uint64(width), l.peerMem) {
+		return 0, 0, fmt.Errorf("netmesh: atomic %s of width %d at offset %d on PE %d: past its %d-byte segment: %w", op, width, off, l.rank, l.peerMem, errs.OutOfBounds)
+	}
+	if op != heap.OpCSwap {
+		cond = 0
+	}
+	if width == 4 {
+		v, cond = uint64(uint32(v)), uint64(uint32(cond))
+	}
+	return v, cond, nil
+}
+
+// Atomic applies op to the width-byte word (4 or 8) at off of the peer's
+// segment and returns the old value (zero-extended at width 4; 0 for
+// set). cond is the compare value of compare-swap. It returns when the
+// peer has applied it.
+func (l *Link) Atomic(width int, op heap.AtomicOp, off, v, cond uint64) (uint64, error) {
+	v, cond, err := l.checkAtomic(width, op, off, v, cond)
+	if err != nil {
+		return 0, err
+	}
+	c := getCall()
+	c.kind, c.stream, c.width = typeAtomic, 0, byte(width)
+	if err := l.request(c, func(b []byte) []byte { return appendAtomic(b, c.id, byte(op), byte(width), off, v, cond) }, true); err != nil {
+		return 0, err
+	}
+	err = l.calls.wait(c, l.m.cfg.Timeout)
+	old := c.val
+	putCall(c)
+	if err != nil {
+		return 0, l.waitErr(err, "atomic "+op.String(), width, off)
+	}
+	return old, nil
+}
+
+// AtomicNBI is Atomic without waiting. A fetching op stores the old value
+// in *dst, valid after the next Flush; with dst nil the old value is not
+// sent back at all.
+func (l *Link) AtomicNBI(width int, op heap.AtomicOp, off, v, cond uint64, dst *uint64) error {
+	v, cond, err := l.checkAtomic(width, op, off, v, cond)
+	if err != nil {
+		return err
+	}
+	if dst != nil {
+		c := getCall()
+		c.kind, c.stream, c.width, c.old, c.nbi = typeAtomic, 0, byte(width), dst, true
+		return l.request(c, func(b []byte) []byte { return appendAtomic(b, c.id, byte(op), byte(width), off, v, cond) }, false)
+	}
+	q := l.streams[0].q
+	b, err := q.open()
+	if err != nil {
+		return l.opErr(err)
+	}
+	old := len(b.buf)
+	b.buf = appendAtomic(b.buf, 0, byte(op), byte(width), off, v, cond)
+	b.addBuf(old)
+	q.sent.Add(1)
+	return l.opErr(q.commit(sendLater, false))
+}
+
+// Flush returns once the peer has applied every frame this side queued on
+// the link before the call, and every reply to a GET or atomic queued
+// before it has arrived. Only streams with something new since their last
+// flush are flushed; with nothing outstanding Flush returns at once.
+func (l *Link) Flush() error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	var (
+		calls [maxStreams]*call
+		marks [maxStreams]uint64
+		first error
+	)
+	for i, st := range l.streams {
+		mark := st.q.sent.Load()
+		if mark <= st.q.flushed.Load() {
+			continue
+		}
+		c := getCall()
+		c.kind, c.stream = typeFlush, i
+		if err := l.request(c, func(b []byte) []byte { return appendFlush(b, c.id) }, true); err != nil {
+			first = err
+			break
+		}
+		calls[i], marks[i] = c, mark
+	}
+	for i, c := range calls[:len(l.streams)] {
+		if c == nil {
+			continue
+		}
+		err := l.calls.wait(c, l.m.cfg.Timeout)
+		putCall(c)
+		if err != nil {
+			if first == nil {
+				first = l.waitErr(err, "flush", 0, 0)
+			}
+			continue
+		}
+		q := l.streams[i].q
+		for f := q.flushed.Load(); f < marks[i] && !q.flushed.CompareAndSwap(f, marks[i]); f = q.flushed.Load() {
+		}
+	}
+	return first
+}
+
+// Outstanding reports whether anything was queued on the link since the
+// last completed Flush.
+func (l *Link) Outstanding() bool {
+	for _, st := range l.streams {
+		if st.q.sent.Load() > st.q.flushed.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// Fence orders the operations queued before it before those queued after
+// it. With one stream it is free (the stream is ordered); with several it
+// is a Flush, since striped parts travel on different streams.
+func (l *Link) Fence() error {
+	if len(l.streams) == 1 {
+		return l.Err()
+	}
+	return l.Flush()
+}
+
+// shutdown is the link's part of Close: goodbye on every stream, wait
+// (bounded) for the peer's goodbye or end of stream, close.
+func (l *Link) shutdown() {
+	err := fmt.Errorf("netmesh: link from PE %d to PE %d: mesh closed: %w", l.m.cfg.Rank, l.rank, errs.Finalized)
+	l.setDown(linkClosing, err)
+	l.calls.failStream(-1, l.Err(), true)
+	l.m.mu.Lock()
+	streams := make([]*stream, 0, len(l.streams))
+	for _, st := range l.streams {
+		if st != nil {
+			streams = append(streams, st)
+		}
+	}
+	l.m.mu.Unlock()
+	deadline := time.Now().Add(goodbyeWait)
+	for _, st := range streams {
+		st.q.last(appendGoodbye(nil), deadline)
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	for _, st := range streams {
+		if !st.started.Load() {
+			st.conn.Close()
+			continue
+		}
+		select {
+		case <-st.gone:
+		case <-t.C:
+			for _, st := range streams {
+				st.conn.Close()
+			}
+		}
+	}
+	for _, st := range streams {
+		st.conn.Close()
+	}
+}
+
+// stream is one TCP connection of a link.
+type stream struct {
+	l       *Link
+	idx     int
+	conn    *net.TCPConn
+	q       *sendQueue
+	stop    chan struct{} // closed when the reader ends: stops the writer goroutine
+	gone    chan struct{} // closed when the reader has ended
+	started atomic.Bool
+	recvs   atomic.Uint64 // reads that returned data: the watchdog's receive clock
+
+	// Reader state, owned by the reader goroutine.
+	buf  []byte
+	r, w int
+
+	// Watchdog state, owned by the watchdog goroutine.
+	seenRecv, seenSend uint64
+	recvAt, sendAt     time.Time
+}
+
+func newStream(l *Link, idx int, c *net.TCPConn) (*stream, error) {
+	st := &stream{l: l, idx: idx, conn: c, stop: make(chan struct{}), gone: make(chan struct{})}
+	q, err := newSendQueue(c, func(err error) { l.fail(l.lostErr(err), true) })
+	if err != nil {
+		return nil, err
+	}
+	st.q = q
+	return st, nil
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package netmesh
+
+const raceEnabled = true

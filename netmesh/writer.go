@@ -1,0 +1,389 @@
+package netmesh
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The send side of one stream.
+//
+// Frames from every goroutine are appended to one batch under q.mu:
+// headers and small payloads (up to copyMax) are copied into the batch's
+// buffer, larger payloads are kept as references to the caller's slice.
+// One goroutine at a time owns the socket for writing (q.busy); it takes
+// the whole batch and writes it with one writev (net.Buffers), so small
+// frames from many goroutines leave in one system call and large payloads
+// are never copied. Frames leave in the order they were appended.
+//
+// Who writes:
+//   - a blocking operation (Put, Get, Atomic, Flush from a user
+//     goroutine) becomes the owner if nobody is, and writes at once: no
+//     hand-off to another goroutine on the latency path;
+//   - a non-blocking operation (PutNBI ...) only wakes the stream's writer
+//     goroutine, so that a burst of them is coalesced into few writes;
+//   - the reader goroutine (responses, flush replies) tries one
+//     non-blocking writev and hands whatever the socket did not take to
+//     the writer goroutine. A reader never blocks on a write: if both
+//     peers' readers could, two full send buffers would deadlock them.
+//
+// A blocking caller whose payload was queued by reference waits until its
+// batch is written (written >= its batch number), so its slice may be
+// reused when it returns. A non-blocking caller that finds queueHigh bytes
+// queued writes (or waits) like a blocking one: back-pressure.
+
+// seg is a piece of a batch: bytes [lo, hi) of the batch buffer, or, when
+// ext is not nil, a caller's slice.
+type seg struct {
+	lo, hi int
+	ext    []byte
+}
+
+type batch struct {
+	buf   []byte
+	segs  []seg
+	vecs  [][]byte    // backing store of vec
+	vec   net.Buffers // the batch as iovecs, consumed while it is written
+	bytes int         // bytes in the batch
+	resps int         // responses (GET_RESP, ATOMIC_RESP, FLUSH_REPLY) in it
+}
+
+// addBuf records that bytes from old to len(b.buf) were appended to the
+// buffer, merging with the previous piece when they are contiguous.
+func (b *batch) addBuf(old int) {
+	n := len(b.buf)
+	if k := len(b.segs); k > 0 && b.segs[k-1].ext == nil && b.segs[k-1].hi == old {
+		b.segs[k-1].hi = n
+	} else {
+		b.segs = append(b.segs, seg{lo: old, hi: n})
+	}
+	b.bytes += n - old
+}
+
+// addExt queues p by reference.
+func (b *batch) addExt(p []byte) {
+	b.segs = append(b.segs, seg{ext: p})
+	b.bytes += len(p)
+}
+
+// build lays the batch out as iovecs in b.vec.
+func (b *batch) build() {
+	v := b.vecs[:0]
+	for _, s := range b.segs {
+		if s.ext != nil {
+			v = append(v, s.ext)
+		} else {
+			v = append(v, b.buf[s.lo:s.hi])
+		}
+	}
+	b.vecs = v
+	b.vec = net.Buffers(v)
+}
+
+// reset empties the batch and drops its references to callers' slices.
+func (b *batch) reset() {
+	b.buf = b.buf[:0]
+	clear(b.segs)
+	b.segs = b.segs[:0]
+	clear(b.vecs)
+	b.vecs = b.vecs[:0]
+	b.vec = nil
+	b.bytes, b.resps = 0, 0
+}
+
+// consume drops the first n bytes of v.
+func consume(v *net.Buffers, n int) {
+	for len(*v) > 0 {
+		l := len((*v)[0])
+		if l > n {
+			(*v)[0] = (*v)[0][n:]
+			return
+		}
+		n -= l
+		(*v)[0] = nil
+		*v = (*v)[1:]
+	}
+}
+
+// Modes of commit.
+const (
+	sendNow   = iota // blocking caller: write now if nobody else is
+	sendLater        // non-blocking caller: wake the writer goroutine
+	sendTry          // reader goroutine: try without blocking, else hand off
+)
+
+var errShut = errors.New("netmesh: stream closing")
+
+type sendQueue struct {
+	conn  *net.TCPConn
+	nb    *nbWriter
+	onErr func(error) // told the first write error, outside q.mu
+
+	mu       sync.Mutex // protects everything below, and the batches' contents
+	cond     sync.Cond  // on mu: a batch was written, the owner left, or err was set
+	fill     *batch     // frames appended since the last take
+	spare    *batch     // an empty batch; nil while inflight holds it
+	inflight *batch     // the batch being written
+	busy     bool       // a goroutine owns the socket for writing
+	handoff  bool       // busy is held for the writer goroutine, which finishes inflight
+	taken    uint64     // batches taken; the batch in fill will be number taken+1
+	written  uint64     // batches written in full (or failed: then err is set)
+	err      error      // the first write error; nothing is sent after it
+	shut     bool       // GOODBYE or ERROR queued: nothing more is appended
+	resps    int        // responses queued or being written
+
+	kick     chan struct{} // capacity 1: wakes the writer goroutine
+	activity atomic.Uint64 // batches taken: the watchdog's send clock
+	sent     atomic.Uint64 // frames that Flush covers, counted under mu after their append
+	flushed  atomic.Uint64 // the largest sent value a completed Flush covered
+}
+
+func newSendQueue(c *net.TCPConn, onErr func(error)) (*sendQueue, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	q := &sendQueue{conn: c, nb: newNBWriter(raw), onErr: onErr, fill: new(batch), spare: new(batch), kick: make(chan struct{}, 1)}
+	q.cond.L = &q.mu
+	return q, nil
+}
+
+// open locks q and returns the batch to append to, or the reason nothing
+// may be appended. On success the caller appends and then calls commit
+// (or unlocks q.mu itself).
+func (q *sendQueue) open() (*batch, error) {
+	q.mu.Lock()
+	switch {
+	case q.err != nil:
+		err := q.err
+		q.mu.Unlock()
+		return nil, err
+	case q.shut:
+		q.mu.Unlock()
+		return nil, errShut
+	}
+	return q.fill, nil
+}
+
+// commit sends what the caller appended according to mode and unlocks
+// q.mu. With wait, it returns only once the caller's frames are written
+// (their referenced payloads may be reused).
+func (q *sendQueue) commit(mode int, wait bool) error {
+	seq := q.taken + 1 // the caller's frames are in fill, which is batch taken+1
+	var err error
+	switch mode {
+	case sendTry:
+		if !q.busy {
+			err = q.tryFlush()
+		}
+	case sendLater:
+		if q.fill.bytes >= queueHigh {
+			err = q.waitWritten(seq)
+		} else if wait {
+			err = q.waitWritten(seq)
+		} else if !q.busy {
+			q.wake()
+		}
+	default:
+		if wait {
+			err = q.waitWritten(seq)
+		} else if !q.busy {
+			q.busy = true
+			err = q.writeUntil(seq)
+			q.release()
+		}
+	}
+	q.mu.Unlock()
+	if err != nil {
+		q.onErr(err)
+	}
+	return err
+}
+
+// waitWritten returns once batch seq is written, writing it itself when
+// nobody owns the socket. q.mu is held.
+func (q *sendQueue) waitWritten(seq uint64) error {
+	for q.written < seq && q.err == nil {
+		if !q.busy {
+			q.busy = true
+			err := q.writeUntil(seq)
+			q.release()
+			return err
+		}
+		q.cond.Wait()
+	}
+	return q.err
+}
+
+// writeUntil writes batches until batch seq is written. The caller owns
+// the socket and holds q.mu, which is released around each write.
+func (q *sendQueue) writeUntil(seq uint64) error {
+	for q.written < seq && q.err == nil && q.fill.bytes > 0 {
+		b := q.take()
+		q.mu.Unlock()
+		_, err := b.vec.WriteTo(q.conn)
+		q.mu.Lock()
+		q.done(b, err)
+	}
+	return q.err
+}
+
+// take moves the fill batch in flight. q.mu is held by the owner.
+func (q *sendQueue) take() *batch {
+	b := q.fill
+	q.fill, q.spare, q.inflight = q.spare, nil, b
+	q.taken++
+	q.activity.Add(1)
+	b.build()
+	return b
+}
+
+// done records that batch b was written (or failed with err).
+func (q *sendQueue) done(b *batch, err error) {
+	q.written++
+	q.resps -= b.resps
+	b.reset()
+	q.spare, q.inflight = b, nil
+	if err != nil && q.err == nil {
+		q.err = err
+	}
+	q.cond.Broadcast()
+}
+
+// release gives up ownership of the socket; frames appended meanwhile go
+// to the writer goroutine (or to a waiter that takes over).
+func (q *sendQueue) release() {
+	q.busy = false
+	if q.fill.bytes > 0 && q.err == nil {
+		q.wake()
+	}
+	q.cond.Broadcast()
+}
+
+func (q *sendQueue) wake() {
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// tryFlush writes what the socket takes without blocking and hands the
+// rest to the writer goroutine. q.mu is held and nobody owns the socket.
+func (q *sendQueue) tryFlush() error {
+	q.busy = true
+	for q.fill.bytes > 0 && q.err == nil {
+		b := q.take()
+		q.mu.Unlock()
+		n, err := q.nb.writev(b.vec)
+		consume(&b.vec, n)
+		q.mu.Lock()
+		if err == nil && len(b.vec) > 0 {
+			q.handoff = true // busy stays set: the writer goroutine owns the socket now
+			q.wake()
+			return nil
+		}
+		q.done(b, err)
+	}
+	q.release()
+	return q.err
+}
+
+// run is the stream's writer goroutine: it writes what non-blocking
+// callers queued and finishes what the reader could not write, until
+// stop is closed.
+func (q *sendQueue) run(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-q.kick:
+		}
+		q.mu.Lock()
+		switch {
+		case q.handoff:
+			q.handoff = false
+			b := q.inflight
+			q.mu.Unlock()
+			_, err := b.vec.WriteTo(q.conn)
+			q.mu.Lock()
+			q.done(b, err)
+		case q.busy || q.fill.bytes == 0 || q.err != nil:
+			q.mu.Unlock()
+			continue
+		default:
+			q.busy = true
+		}
+		for q.fill.bytes > 0 && q.err == nil {
+			b := q.take()
+			q.mu.Unlock()
+			_, err := b.vec.WriteTo(q.conn)
+			q.mu.Lock()
+			q.done(b, err)
+		}
+		q.release()
+		err := q.err
+		q.mu.Unlock()
+		if err != nil {
+			q.onErr(err)
+		}
+	}
+}
+
+// last queues a final frame (GOODBYE or ERROR), refuses every later
+// append, and waits until the frame is written or the deadline passes.
+// It reports whether the frame was queued by this call.
+func (q *sendQueue) last(frame []byte, deadline time.Time) (bool, error) {
+	q.mu.Lock()
+	if q.shut || q.err != nil {
+		err := q.err
+		q.mu.Unlock()
+		return false, err
+	}
+	b := q.fill
+	old := len(b.buf)
+	b.buf = append(b.buf, frame...)
+	b.addBuf(old)
+	q.shut = true
+	q.conn.SetWriteDeadline(deadline)
+	err := q.waitWritten(q.taken + 1)
+	q.mu.Unlock()
+	return true, err
+}
+
+// fail sets err (if none is set) and wakes every waiter.
+func (q *sendQueue) fail(err error) {
+	q.mu.Lock()
+	if q.err == nil {
+		q.err = err
+	}
+	q.cond.Broadcast()
+	q.mu.Unlock()
+}
+
+// heartbeat queues a HEARTBEAT for the writer goroutine.
+func (q *sendQueue) heartbeat() {
+	b, err := q.open()
+	if err != nil {
+		return
+	}
+	old := len(b.buf)
+	b.buf = appendHeartbeat(b.buf)
+	b.addBuf(old)
+	if !q.busy {
+		q.wake()
+	}
+	q.mu.Unlock()
+}
+
+// wait returns once batch seq is written (see waitWritten).
+func (q *sendQueue) wait(seq uint64) error {
+	q.mu.Lock()
+	err := q.waitWritten(seq)
+	q.mu.Unlock()
+	if err != nil {
+		q.onErr(err)
+	}
+	return err
+}

@@ -1,0 +1,201 @@
+package shmem
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goshmem/goshmem/heap"
+	"github.com/goshmem/goshmem/netmesh"
+)
+
+// The remote path: PEs on other hosts are reached through a netmesh
+// mesh, one authenticated TCP connection per pair of PEs.
+
+// listenAddr chooses the address this PE's mesh listens on:
+// GOSHMEM_ADDR (an address, or a CIDR that one of this host's addresses
+// falls in), else GOSHMEM_IFACE (the first address of that interface,
+// IPv4 first), else the local address this host uses to reach the
+// rendezvous (which is loopback when the whole job runs on one machine).
+func listenAddr(rendezvous string) (string, error) {
+	if v := strings.TrimSpace(os.Getenv("GOSHMEM_ADDR")); v != "" {
+		if ip := net.ParseIP(v); ip != nil {
+			return net.JoinHostPort(ip.String(), "0"), nil
+		}
+		_, cidr, err := net.ParseCIDR(v)
+		if err != nil {
+			return "", fmt.Errorf("shmem: GOSHMEM_ADDR=%q is neither an address nor a CIDR: %w", v, ErrInvalid)
+		}
+		addrs, err := net.InterfaceAddrs()
+		if err != nil {
+			return "", fmt.Errorf("shmem: GOSHMEM_ADDR: listing addresses: %w", err)
+		}
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && cidr.Contains(ipn.IP) {
+				return net.JoinHostPort(ipn.IP.String(), "0"), nil
+			}
+		}
+		return "", fmt.Errorf("shmem: GOSHMEM_ADDR=%q: no address of this host is in it: %w", v, ErrInvalid)
+	}
+	if name := strings.TrimSpace(os.Getenv("GOSHMEM_IFACE")); name != "" {
+		ifi, err := net.InterfaceByName(name)
+		if err != nil {
+			return "", fmt.Errorf("shmem: GOSHMEM_IFACE=%q: %v: %w", name, err, ErrInvalid)
+		}
+		addrs, err := ifi.Addrs()
+		if err != nil || len(addrs) == 0 {
+			return "", fmt.Errorf("shmem: GOSHMEM_IFACE=%q has no address: %w", name, ErrInvalid)
+		}
+		best := ""
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			if ipn.IP.To4() != nil {
+				return net.JoinHostPort(ipn.IP.String(), "0"), nil
+			}
+			if best == "" {
+				best = ipn.IP.String()
+				if ipn.IP.IsLinkLocalUnicast() {
+					best += "%" + name
+				}
+			}
+		}
+		if best == "" {
+			return "", fmt.Errorf("shmem: GOSHMEM_IFACE=%q has no IP address: %w", name, ErrInvalid)
+		}
+		return net.JoinHostPort(best, "0"), nil
+	}
+	// A UDP "connection" sends nothing; it only asks the kernel which
+	// local address routes to the rendezvous.
+	c, err := net.Dial("udp", rendezvous)
+	if err != nil {
+		return "127.0.0.1:0", nil
+	}
+	defer c.Close()
+	ip := c.LocalAddr().(*net.UDPAddr).IP
+	return net.JoinHostPort(ip.String(), "0"), nil
+}
+
+// meshEnv reads the netmesh tuning variables: GOSHMEM_STREAMS
+// (connections per pair for striping large transfers), GOSHMEM_SOCKBUF
+// (socket buffer bytes, with K/M suffixes) and GOSHMEM_HEARTBEAT (idle
+// interval between heartbeats; a peer silent for five is lost).
+func meshEnv() (streams, sockbuf int, heartbeat time.Duration, err error) {
+	if v := strings.TrimSpace(os.Getenv("GOSHMEM_STREAMS")); v != "" {
+		n, perr := strconv.Atoi(v)
+		if perr != nil || n < 1 || n > 16 {
+			return 0, 0, 0, fmt.Errorf("shmem: GOSHMEM_STREAMS=%q: want 1..16: %w", v, ErrInvalid)
+		}
+		streams = n
+	}
+	if v := strings.TrimSpace(os.Getenv("GOSHMEM_SOCKBUF")); v != "" {
+		n, perr := heap.ParseSize(v)
+		if perr != nil || n < 4096 || n > 1<<30 {
+			return 0, 0, 0, fmt.Errorf("shmem: GOSHMEM_SOCKBUF=%q: want 4K..1G: %w", v, ErrInvalid)
+		}
+		sockbuf = int(n)
+	}
+	if v := strings.TrimSpace(os.Getenv("GOSHMEM_HEARTBEAT")); v != "" {
+		d, perr := parseDuration(v)
+		if perr != nil {
+			return 0, 0, 0, fmt.Errorf("shmem: GOSHMEM_HEARTBEAT=%q: want a duration like 1s: %w", v, ErrInvalid)
+		}
+		heartbeat = d
+	}
+	return streams, sockbuf, heartbeat, nil
+}
+
+// startMesh listens for this PE's remote peers.
+func (pe *PE) startMesh(jobID string, key []byte, listen string) error {
+	streams, sockbuf, heartbeat, err := meshEnv()
+	if err != nil {
+		return err
+	}
+	self := &pe.peers[pe.rank]
+	m, err := netmesh.Listen(netmesh.Config{
+		Streams: streams, SockBuf: sockbuf, Heartbeat: heartbeat,
+		Rank: pe.rank, Size: pe.npes, JobID: jobID, Key: key, Mem: pe.mem,
+		Notify:  func(off, n uint64) { pe.notify(self, off, n) },
+		Listen:  listen,
+		Timeout: pe.cfg.Timeout,
+		Logf: func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, "goshmem: PE %d: "+format+"\n", append([]any{pe.rank}, args...)...)
+		},
+		OnLost: func(rank int, err error) {
+			pe.markLost(fmt.Errorf("shmem: PE %d (remote): %v: %w", rank, err, ErrPeerLost))
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("shmem: PE %d: %w", pe.rank, err)
+	}
+	pe.mesh = m
+	return nil
+}
+
+// connectMesh connects to every remote peer (addrs by rank, "" for the
+// same-host ones) and installs the links.
+func (pe *PE) connectMesh(ctx context.Context, addrs []string) error {
+	peers := map[int]string{}
+	for r, a := range addrs {
+		if r != pe.rank && pe.peers[r].mem == nil {
+			if a == "" {
+				return fmt.Errorf("shmem: PE %d on another host published no address: %w", r, ErrProtocol)
+			}
+			peers[r] = a
+		}
+	}
+	if len(peers) == 0 {
+		return nil
+	}
+	if err := pe.mesh.Connect(ctx, peers); err != nil {
+		return fmt.Errorf("shmem: PE %d connecting to remote PEs: %w", pe.rank, err)
+	}
+	for r := range peers {
+		l := pe.mesh.Link(r)
+		if l == nil {
+			return fmt.Errorf("shmem: PE %d has no link to PE %d after connecting: %w", pe.rank, r, ErrPeerLost)
+		}
+		pe.peers[r].link = l
+		pe.peers[r].addr = l.RemoteAddr()
+	}
+	pe.hasRemote = true
+	return nil
+}
+
+// thunderboltBridge reports whether ip is a link-local IPv4 address
+// (169.254/16, what Thunderbolt networking uses without DHCP) on a local
+// interface that is a bridge or a Thunderbolt network device.
+func thunderboltBridge(ip net.IP) bool {
+	if ip == nil || ip.To4() == nil || !ip.IsLinkLocalUnicast() {
+		return false
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return false
+	}
+	for _, ifi := range ifs {
+		addrs, _ := ifi.Addrs()
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok || !ipn.Contains(ip) {
+				continue
+			}
+			if _, err := os.Stat("/sys/class/net/" + ifi.Name + "/bridge"); err == nil {
+				return true
+			}
+			if l, err := os.Readlink("/sys/class/net/" + ifi.Name + "/device/driver"); err == nil && strings.Contains(l, "thunderbolt") {
+				return true
+			}
+			if strings.HasPrefix(ifi.Name, "thunderbolt") {
+				return true
+			}
+		}
+	}
+	return false
+}
