@@ -39,6 +39,26 @@ func amo[T AtomicElem](s Sym[T], i int, op heap.AtomicOp, v, cond T, target int)
 	return fromBits[T](old), nil
 }
 
+// amoSet applies a non-fetching op (set, add, and, or, xor). Over shared
+// memory it is amo; over TCP it does not wait for the peer: the request
+// travels in order in the link's stream and is complete at the next
+// Quiet, as OpenSHMEM's non-fetching atomics are.
+func amoSet[T AtomicElem](s Sym[T], i int, op heap.AtomicOp, v T, target int) error {
+	if p, _ := s.local(i, 1, target); p != nil {
+		_, err := amo(s, i, op, v, 0, target)
+		return err
+	}
+	_, p, off, err := s.span(i, 1, target)
+	if err != nil {
+		return err
+	}
+	if p.mem == nil {
+		return p.link.AtomicNBI(sizeOf[T](), op, off, toBits(v), 0, nil)
+	}
+	_, err = amo(s, i, op, v, 0, target)
+	return err
+}
+
 // AtomicFetch atomically reads element i of s on target.
 func AtomicFetch[T AtomicElem](s Sym[T], i, target int) (T, error) {
 	return amo(s, i, heap.OpFetch, 0, 0, target)
@@ -46,8 +66,7 @@ func AtomicFetch[T AtomicElem](s Sym[T], i, target int) (T, error) {
 
 // AtomicSet atomically stores v into element i of s on target.
 func AtomicSet[T AtomicElem](s Sym[T], i int, v T, target int) error {
-	_, err := amo(s, i, heap.OpSet, v, 0, target)
-	return err
+	return amoSet(s, i, heap.OpSet, v, target)
 }
 
 // AtomicSwap atomically stores v and returns the old value.
@@ -68,8 +87,7 @@ func AtomicFetchAdd[T AtomicElem](s Sym[T], i int, v T, target int) (T, error) {
 
 // AtomicAdd adds v.
 func AtomicAdd[T AtomicElem](s Sym[T], i int, v T, target int) error {
-	_, err := amo(s, i, heap.OpFetchAdd, v, 0, target)
-	return err
+	return amoSet(s, i, heap.OpFetchAdd, v, target)
 }
 
 // AtomicFetchInc adds one and returns the old value.
@@ -79,8 +97,7 @@ func AtomicFetchInc[T AtomicElem](s Sym[T], i, target int) (T, error) {
 
 // AtomicInc adds one.
 func AtomicInc[T AtomicElem](s Sym[T], i, target int) error {
-	_, err := amo(s, i, heap.OpFetchAdd, 1, 0, target)
-	return err
+	return amoSet(s, i, heap.OpFetchAdd, 1, target)
 }
 
 // AtomicFetchAnd ands v in and returns the old value.
@@ -90,8 +107,7 @@ func AtomicFetchAnd[T AtomicElem](s Sym[T], i int, v T, target int) (T, error) {
 
 // AtomicAnd ands v in.
 func AtomicAnd[T AtomicElem](s Sym[T], i int, v T, target int) error {
-	_, err := amo(s, i, heap.OpFetchAnd, v, 0, target)
-	return err
+	return amoSet(s, i, heap.OpFetchAnd, v, target)
 }
 
 // AtomicFetchOr ors v in and returns the old value.
@@ -101,8 +117,7 @@ func AtomicFetchOr[T AtomicElem](s Sym[T], i int, v T, target int) (T, error) {
 
 // AtomicOr ors v in.
 func AtomicOr[T AtomicElem](s Sym[T], i int, v T, target int) error {
-	_, err := amo(s, i, heap.OpFetchOr, v, 0, target)
-	return err
+	return amoSet(s, i, heap.OpFetchOr, v, target)
 }
 
 // AtomicFetchXor xors v in and returns the old value.
@@ -112,8 +127,7 @@ func AtomicFetchXor[T AtomicElem](s Sym[T], i int, v T, target int) (T, error) {
 
 // AtomicXor xors v in.
 func AtomicXor[T AtomicElem](s Sym[T], i int, v T, target int) error {
-	_, err := amo(s, i, heap.OpFetchXor, v, 0, target)
-	return err
+	return amoSet(s, i, heap.OpFetchXor, v, target)
 }
 
 // The non-blocking fetching atomics: *dst holds the old value after the

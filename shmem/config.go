@@ -22,8 +22,8 @@ type Config struct {
 	// bootstrap (GOSHMEM_TIMEOUT). Default DefaultTimeout.
 	Timeout time.Duration
 	// Hosts gives Run's PEs pretend host names, one per PE: PEs with
-	// different names do not map each other's heaps. Until netmesh
-	// carries the remote path, Run refuses PEs on different hosts.
+	// different names do not map each other's heaps and talk over
+	// loopback TCP through netmesh, as PEs on different machines do.
 	Hosts []string
 	// Debug enables extra checks, such as agreement of all PEs on every
 	// collective allocation (SHMEM_DEBUG).

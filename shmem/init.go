@@ -29,7 +29,7 @@ type endpoint struct {
 	Host      string `codec:"host"`
 	Pid       int    `codec:"pid"`
 	Sock      string `codec:"sock"`  // abstract Unix socket for the segment exchange
-	Addr      string `codec:"addr"`  // TCP listen address (netmesh); empty without it
+	Addr      string `codec:"addr"`  // unused: the TCP address travels in the second round
 	SegSize   uint64 `codec:"seg"`   // segment bytes
 	HeapSize  uint64 `codec:"heap"`  // SHMEM_SYMMETRIC_SIZE
 	CacheLine int    `codec:"line"`  // cpuid's cache line

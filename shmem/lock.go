@@ -164,10 +164,15 @@ func (pe *PE) acquire(off uint64, home int, try bool) error {
 		func() string { return fmt.Sprintf("the lock at offset %d from PE %d", off, prev-1) })
 }
 
-// ClearLock releases l, passing it to the next PE in line.
+// ClearLock completes this PE's outstanding operations (Quiet), so the
+// next holder sees what was written under the lock, then releases l to
+// the next PE in line.
 func ClearLock(l Sym[int64]) error {
 	pe, off, home, err := lockCheck(l)
 	if err != nil {
+		return err
+	}
+	if err := pe.Quiet(); err != nil {
 		return err
 	}
 	ls := pe.lockFor(off)

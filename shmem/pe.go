@@ -111,7 +111,7 @@ func (pe *PE) peer(target int) (*peer, error) {
 		if err := pe.brokenErr(); err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("shmem: PE %d on host %q has no route from PE %d on %q (remote PEs need netmesh): %w",
+		return nil, fmt.Errorf("shmem: PE %d on host %q has no route from PE %d on %q (no TCP link to it): %w",
 			target, p.host, pe.rank, pe.host, ErrPeerLost)
 	}
 	return p, nil
@@ -123,9 +123,10 @@ func (pe *PE) peer(target int) (*peer, error) {
 func (pe *PE) fullFence() { pe.fenceWord.Add(1) }
 
 // notify wakes the PE behind p if any of its goroutines sleeps, after a
-// plain store of n bytes at off into its memory. The fence makes the store visible before
-// the sleeper count is read; the sleeper increments its count before its
-// last check of the condition, so one of the two sees the other.
+// plain store of n bytes at off into its memory. The fence makes the
+// store visible before the sleep word is read; a sleeper sets its bit in
+// the sleep word before its last check of the condition, so one of the
+// two sees the other.
 func (pe *PE) notify(p *peer, off, n uint64) {
 	pe.fullFence()
 	notifyAtomic(p, off, n)

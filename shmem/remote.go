@@ -162,7 +162,7 @@ func (pe *PE) connectMesh(ctx context.Context, addrs []string) error {
 			return fmt.Errorf("shmem: PE %d has no link to PE %d after connecting: %w", pe.rank, r, ErrPeerLost)
 		}
 		pe.peers[r].link = l
-		pe.peers[r].addr = l.RemoteAddr()
+		pe.peers[r].addr = peers[r] // the address it listens on
 	}
 	pe.hasRemote = true
 	return nil

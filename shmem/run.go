@@ -267,7 +267,7 @@ func (pe *PE) Finalize() error {
 		}
 	}
 	// Under Run the segments stay mapped until every PE has returned: a
-	// peer may still be reading this PE's sleeper count after its last
+	// peer may still be reading this PE's sleep word after its last
 	// store of the final barrier.
 	return err
 }

@@ -21,6 +21,9 @@
 //	                    (a,b with -n 4: a a b b)
 //	--env K=V           add K=V to every PE's environment (repeatable)
 //	--grace D           time between SIGTERM and SIGKILL (default 2s)
+//	--rendezvous ADDR   where the boot server listens (default 127.0.0.1:0);
+//	                    PEs on other hosts need an address they can reach,
+//	                    and it must be a specific address, not a wildcard
 //
 // # Environment contract
 //
@@ -30,7 +33,7 @@
 //	GOSHMEM_SIZE        N
 //	GOSHMEM_JOBID       the job's id
 //	GOSHMEM_KEY         the job key, 64 hex digits (32 bytes)
-//	GOSHMEM_RENDEZVOUS  host:port of the job's boot server (127.0.0.1)
+//	GOSHMEM_RENDEZVOUS  host:port of the job's boot server (--rendezvous)
 //	GOSHMEM_LAUNCHER    "goshrun"
 //	GOSHMEM_HOST        the PE's host identity (only with --host-list)
 //

@@ -2,7 +2,7 @@
 // the engine behind cmd/goshrun.
 //
 // Job.Run builds the program if it is a Go package (Build), starts a
-// boot.Server on 127.0.0.1:0 with a fresh job id (NewJobID) and key
+// boot.Server on Job.Listen (127.0.0.1:0 by default) with a fresh job id (NewJobID) and key
 // (NewKey), starts the N PEs, and supervises them until the job ends.
 //
 // # Environment contract

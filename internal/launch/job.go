@@ -70,7 +70,7 @@ type Job struct {
 	Listen string
 }
 
-// Run builds the program if needed, starts a boot server on 127.0.0.1,
+// Run builds the program if needed, starts a boot server on j.Listen,
 // starts N PEs with the launcher environment (see the package doc), and
 // waits for them.
 //
@@ -118,6 +118,11 @@ func (j *Job) Run(ctx context.Context) (exitCode int, err error) {
 	listen := j.Listen
 	if listen == "" {
 		listen = "127.0.0.1:0"
+	}
+	if h, _, err := net.SplitHostPort(listen); err != nil || h == "" || net.ParseIP(h).IsUnspecified() {
+		// PEs dial the address the listener reports: a wildcard would
+		// send every PE to itself.
+		return CodeFailure, fmt.Errorf("launch: rendezvous address %q: want a specific host:port that every PE can reach: %w", listen, errs.Invalid)
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
