@@ -5,16 +5,17 @@
 //
 // Run, from the repository root:
 //
-//	go run ./benchmarks/cmd/goshbench          # default suites, 2 and 4 PEs, shared memory
-//	go run ./benchmarks/cmd/goshbench -quick   # smoke run, seconds
-//	go test ./benchmarks/...                   # -quick plus the JSON schema check
+//	go run ./benchmarks/cmd/goshbench                    # default suites, 2 and 4 PEs, shared memory
+//	go run ./benchmarks/cmd/goshbench -transport shm,tcp # and over TCP loopback through netmesh
+//	go run ./benchmarks/cmd/goshbench -quick             # smoke run, seconds
+//	go test ./benchmarks/...                             # -quick over shm and tcp, plus the JSON schema check
 //
 // Layout:
 //
 //	cmd/goshbench  flags, jobs (through internal/launch), outputs
 //	suite          the registry, the suites, the limits, the PE side of a job
 //	report         records and the JSON schema, statistics, table, benchmark lines, SVG plots
-//	results        the run quoted in docs/performance.md
+//	results        the runs quoted in docs/performance.md (goshbench-tcp.* and tcp/: over TCP)
 //
 // docs/performance.md describes the method and the figures.
 package benchmarks

@@ -36,6 +36,7 @@ type JobResult struct {
 	GoVersion string        `json:"go_version"`
 	Figures   []Measurement `json:"figures"`
 	Limits    []Measurement `json:"limits"`
+	Skipped   []Skip        `json:"skipped"` // what the job did not measure (same-host limits in a tcp job)
 }
 
 // Placement is where one PE ran, as the PE saw it (written by every PE
@@ -51,6 +52,8 @@ type Placement struct {
 	Preempted      int64  `json:"preempted"`      // involuntary context switches during the job
 	VoluntarySw    int64  `json:"voluntary_sw"`   // voluntary context switches (sleeps in waits)
 	Oversubscribed bool   `json:"oversubscribed"` // more PEs on the host than logical CPUs
+	// Routes: how this PE reached each other PE ("PE 1: shm", "PE 1: tcp 127.0.0.1:40123").
+	Routes []string `json:"routes"`
 }
 
 // Job describes one job of a run.

@@ -80,8 +80,11 @@ func WriteTable(w io.Writer, run Run, figs []Figure) error {
 			if p.BoundCPU >= 0 {
 				bound = fmt.Sprintf("bound to CPU %d", p.BoundCPU)
 			}
-			fmt.Fprintf(&b, "  PE %d: pid %d, %s (allowed %s), ran on %d then %d, preempted %d times, slept %d times%s\n",
-				p.PE, p.Pid, bound, p.CPUsAllowed, p.CPUStart, p.CPUEnd, p.Preempted, p.VoluntarySw, over)
+			fmt.Fprintf(&b, "  PE %d: pid %d, host %s, %s (allowed %s), ran on %d then %d, preempted %d times, slept %d times%s\n",
+				p.PE, p.Pid, p.Host, bound, p.CPUsAllowed, p.CPUStart, p.CPUEnd, p.Preempted, p.VoluntarySw, over)
+			if len(p.Routes) > 0 {
+				fmt.Fprintf(&b, "        routes: %s\n", strings.Join(p.Routes, "; "))
+			}
 		}
 	}
 	if len(run.Limits) > 0 {

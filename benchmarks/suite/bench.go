@@ -37,6 +37,7 @@ type B struct {
 	progress io.Writer // PE 0: stderr
 	figures  []report.Measurement
 	limits   []report.Measurement
+	skipped  []report.Skip // what this job did not measure, and why
 }
 
 // Indices into B.words. Each word has a 128-byte stretch to itself (16
@@ -64,11 +65,21 @@ func newB(pe *shmem.PE, cfg Config, progress io.Writer) (*B, error) {
 		return nil, err
 	}
 	b.src, b.dst = make([]byte, cfg.MaxSize()), make([]byte, cfg.MaxSize())
-	for i := range b.src {
-		b.src[i] = byte(i)
-	}
+	fillPattern(b.src)
 	clear(b.dst) // touch every page now, not in the first repetition
 	return b, pe.BarrierAll()
+}
+
+// fillPattern writes byte(i) at every index i of p: 256 bytes one by
+// one, then doubling copies (a byte loop over megabytes is slow under
+// the race detector, which CI runs goshbench -quick under).
+func fillPattern(p []byte) {
+	for i := range min(len(p), 256) {
+		p[i] = byte(i)
+	}
+	for n := 256; n < len(p); n *= 2 {
+		copy(p[n:], p[:n])
+	}
 }
 
 // sample is one PE's outcome of one repetition: ops operations moving
@@ -254,6 +265,15 @@ func (b *B) figure(f figure) error {
 		b.figures = append(b.figures, m)
 	}
 	return nil
+}
+
+// skip records (on PE 0) that the job did not measure what, and why;
+// goshbench prints it and lists it in the run. Every PE calls it at the
+// same point, so that no PE waits for a measurement the others skipped.
+func (b *B) skip(what, reason string) {
+	if b.rank == 0 {
+		b.skipped = append(b.skipped, report.Skip{What: what, Reason: reason})
+	}
 }
 
 // reference measures a limit on its own, for the run's table of limits.

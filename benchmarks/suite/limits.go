@@ -1,11 +1,13 @@
 package suite
 
 import (
-	"math/bits"
+	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/goshmem/goshmem/benchmarks/report"
+	"github.com/goshmem/goshmem/heap"
+	"github.com/goshmem/goshmem/netmesh"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -15,14 +17,24 @@ import (
 
 // Limit names, as they appear in records.
 const (
-	limCopy       = "copy"            // copy() between two Go slices of the figure's size
-	limCopyMap    = "copy-to-mapping" // copy() from a Go slice into this PE's own shared segment
-	limCacheline  = "cacheline-rtt"   // raw cross-process round trip on two words of the shared mappings
-	limBarrier    = "cacheline-floor" // ceil(log2 P) one-way cache-line transfers (half a round trip each)
-	limAtomicRaw  = "atomic-raw"      // the same sync/atomic operation on the same mapped word, without goshmem
-	limTCPRTT     = "tcp-rtt"         // 8-byte ping-pong over a loopback TCP connection between PEs 0 and 1
-	limTCPStream  = "tcp-stream"      // one-directional TCP stream of 1 MiB writes, PE 0 to PE 1
+	limCopy       = "copy"              // copy() between two Go slices of the figure's size
+	limCopyMap    = "copy-to-mapping"   // copy() from a Go slice into this PE's own shared segment
+	limCacheline  = "cacheline-rtt"     // raw cross-process round trip on two words of the shared mappings
+	limBarrier    = "cacheline-floor"   // ceil(log2 P) one-way cache-line transfers (half a round trip each)
+	limAtomicRaw  = "atomic-raw"        // the same sync/atomic operation on the same mapped word, without goshmem
+	limTCPRTT     = "tcp-rtt"           // ping-pong over a loopback TCP connection between PEs 0 and 1 (8 bytes each way, or the figure's payload one way)
+	limTCPFloor   = "tcp-floor"         // ceil(log2 P) one-way TCP transfers (half a tcp-rtt each)
+	limTCPStream  = "tcp-stream"        // one-directional TCP stream of 1 MiB writes, PE 0 to PE 1
+	limTCPFrames  = "tcp-stream-frames" // tcp-stream in frames of a rate figure's operation per second
 	tcpStreamSize = 1 << 20
+)
+
+// Wire sizes of the operations of the TCP rate figures, from netmesh's
+// own encoder (docs/wire.md; type codes 0x01 PUT, 0x04 ATOMIC): what one
+// 8-byte Put and one 64-bit atomic request put on the stream.
+var (
+	putFrameBytes    = len(netmesh.AppendFrame(nil, &netmesh.Frame{Type: 0x01, Payload: make([]byte, 8)}))
+	atomicFrameBytes = len(netmesh.AppendFrame(nil, &netmesh.Frame{Type: 0x04, Op: byte(heap.OpFetchAdd), Width: 8}))
 )
 
 // copyLimit is copy() of size bytes between two Go slices, n times, on
@@ -49,9 +61,7 @@ func (b *B) copyBig(size int) limit {
 		src, dst = make([]byte, size), make([]byte, size)
 		// Write both: an untouched source would read the kernel's zero
 		// page, which stays in cache and doubles the "bandwidth".
-		for i := range src {
-			src[i] = byte(i)
-		}
+		fillPattern(src)
 		copy(dst, src)
 	}
 	return limit{name: limCopy, run: func(n int) (sample, error) {
@@ -85,17 +95,22 @@ func (b *B) copyToMapping(size int) limit {
 // shared mappings: PE 0 stores a sequence number into a word of PE 1's
 // heap (through shmem.Ptr, with sync/atomic) and spins on a word of its
 // own until PE 1 stores it back. No goshmem call is on the path: it is
-// the floor for any same-host synchronisation.
+// the floor for any same-host synchronisation. Same-host only: where the
+// partner's heap is not mapped here (a tcp job) it fails, never touches
+// memory.
 //
 // oneWays scales the figure: the sample counts n*2/oneWays operations
 // per n round trips, so that its latency is oneWays one-way transfers.
 func (b *B) cachelineRTT(name string, oneWays float64) limit {
-	return limit{name: name, run: func(n int) (sample, error) {
+	return oneWay(limit{name: name, run: func(n int) (sample, error) {
 		if b.rank > 1 {
 			return sample{}, nil
 		}
-		mine := &b.words.Local()[wRaw]
-		theirs := &shmem.Ptr(b.words, 1-b.rank)[wRaw]
+		peer, err := b.mapped(b.words, 1-b.rank, name)
+		if err != nil {
+			return sample{}, err
+		}
+		mine, theirs := &b.words.Local()[wRaw], &peer[wRaw]
 		base := b.rawSeq
 		b.rawSeq += uint64(n)
 		start := time.Now()
@@ -112,18 +127,8 @@ func (b *B) cachelineRTT(name string, oneWays float64) limit {
 				atomic.StoreUint64(theirs, i)
 			}
 		}
-		s := timed(start, n, 0)
-		s.ops = float64(n) * 2 / oneWays
-		return s, nil
-	}}
-}
-
-// barrierFloor is the least time a barrier of npes PEs can take: a
-// dissemination barrier needs ceil(log2 npes) rounds, each at least one
-// one-way cache-line transfer (half the measured round trip).
-func (b *B) barrierFloor() limit {
-	rounds := float64(bits.Len(uint(b.npes - 1)))
-	return b.cachelineRTT(limBarrier, rounds)
+		return timed(start, n, 0), nil
+	}}, oneWays)
 }
 
 // rawAtomic is op applied with sync/atomic to the same word of PE 1's
@@ -134,7 +139,11 @@ func (b *B) rawAtomic(op string) limit {
 		if b.rank != 0 {
 			return sample{}, nil
 		}
-		w := &shmem.Ptr(b.words, 1)[wCtr]
+		peer, err := b.mapped(b.words, 1, limAtomicRaw)
+		if err != nil {
+			return sample{}, err
+		}
+		w := &peer[wCtr]
 		var sink uint64
 		start := time.Now()
 		switch op {
@@ -164,72 +173,141 @@ func (b *B) rawAtomic(op string) limit {
 	}}
 }
 
+// mapped is target's copy of s mapped here (shmem.Ptr), or an error
+// naming the same-host limit that needed it: shmem.Ptr is nil for a PE
+// on another host.
+func (b *B) mapped(s shmem.Sym[uint64], target int, what string) ([]uint64, error) {
+	p := shmem.Ptr(s, target)
+	if p == nil {
+		return nil, fmt.Errorf("goshbench: limit %s needs PE %d's heap mapped here, and it is not "+
+			"(a %s job: PE %d is on another host); same-host limits apply to shm jobs only", what, target, b.cfg.Transport, target)
+	}
+	return p, nil
+}
+
 var sinkWord atomic.Uint64
 
 // keep stops the compiler from dropping a loop whose results are unused.
 func keep(v uint64) { sinkWord.Store(v) }
 
-// dataLimit is the limit of a figure that moves size bytes: copy() of
-// the same size over shared memory; over TCP the raw TCP round trip
-// (latency) or stream (bandwidth and rate).
+// Transports, as in Config.Transport.
+const (
+	TransportSHM = "shm" // all PEs on this host: heaps mapped into each other
+	TransportTCP = "tcp" // every PE on a host of its own: every pair over netmesh (TCP loopback)
+)
+
+// remote reports whether this job's PEs reach each other over TCP. Then
+// no PE maps another's heap (shmem.Ptr of a peer is nil), and the
+// same-host limits (cache line, copy into the mapping, raw atomics on a
+// peer's word) neither apply nor can be measured.
+func (b *B) remote() bool { return b.cfg.Transport == TransportTCP }
+
+// dataLimit is the limit of a figure that moves size bytes from PE 0 to
+// PE 1 (put-like): copy() of the same size over shared memory. Over TCP:
+// latency, the raw round trip carrying size bytes out and 8 back
+// (tcpRTT); bandwidth, the raw 1 MiB-write stream; rate, the same stream
+// in 8-byte PUT frames per second (tcpFrames).
 func (b *B) dataLimit(size int, m report.Metric, all bool) limit {
-	if b.cfg.Transport == "tcp" {
-		if m == report.Latency {
-			return b.tcpRTT()
+	if b.remote() {
+		switch m {
+		case report.Latency:
+			return b.tcpRTT(size, 8)
+		case report.Rate:
+			return b.tcpFrames(putFrameBytes)
 		}
 		return b.tcpStream()
 	}
 	return b.copyLimit(size, all)
 }
 
-// syncLimit is the limit of a synchronisation taking oneWays one-way
-// transfers: over shared memory the cache line, over TCP the raw round
-// trip (one way = half of it).
-func (b *B) syncLimit(name string, oneWays float64) limit {
-	if b.cfg.Transport == "tcp" {
-		l := b.tcpRTT()
-		run := l.run
-		l.run = func(n int) (sample, error) {
-			s, err := run(n)
-			s.ops = s.ops * 2 / oneWays
-			return s, err
-		}
-		return l
+// getLatencyLimit is the limit of a blocking Get of size bytes: copy()
+// over shared memory; over TCP the raw round trip carrying an 8-byte
+// request out and size bytes back.
+func (b *B) getLatencyLimit(size int) limit {
+	if b.remote() {
+		return b.tcpRTT(8, size)
 	}
-	return b.cachelineRTT(name, oneWays)
+	return b.copyLimit(size, false)
 }
 
-// atomicLimit is the limit of a remote atomic: the raw hardware atomic
-// over shared memory, the raw TCP round trip over TCP.
-func (b *B) atomicLimit(op string) limit {
-	if b.cfg.Transport == "tcp" {
-		return b.tcpRTT()
+// syncLimit is the limit of a synchronisation taking oneWays one-way
+// transfers (2 for a ping-pong, ceil(log2 P) for a barrier). Over shared
+// memory it is the cache-line round trip scaled to oneWays halves of it
+// (name: limCacheline for a ping-pong, limBarrier for a barrier's floor);
+// over TCP the raw 8-byte TCP round trip scaled the same way (tcp-rtt,
+// tcp-floor).
+func (b *B) syncLimit(name string, oneWays float64) limit {
+	if !b.remote() {
+		return b.cachelineRTT(name, oneWays)
 	}
-	return b.rawAtomic(op)
+	l := oneWay(b.tcpRTT(8, 8), oneWays)
+	if name == limBarrier {
+		l.name = limTCPFloor
+	}
+	return l
+}
+
+// oneWay scales round-trip limit l to oneWays one-way transfers: its
+// samples count n*2/oneWays operations per n round trips.
+func oneWay(l limit, oneWays float64) limit {
+	if oneWays == 2 {
+		return l
+	}
+	run := l.run
+	l.run = func(n int) (sample, error) {
+		s, err := run(n)
+		s.ops = s.ops * 2 / oneWays
+		return s, err
+	}
+	return l
+}
+
+// atomicLimit is the limit of a remote atomic. Over shared memory, the
+// same sync/atomic operation on the same mapped word (latency and rate).
+// Over TCP: latency, the raw 8-byte round trip (a request and its
+// answer); rate, the raw stream in ATOMIC request frames per second.
+func (b *B) atomicLimit(op string, m report.Metric) limit {
+	if !b.remote() {
+		return b.rawAtomic(op)
+	}
+	if m == report.Rate {
+		return b.tcpFrames(atomicFrameBytes)
+	}
+	return b.tcpRTT(8, 8)
 }
 
 // The reference limits: measured on their own at the start of each job
 // and listed beside the figures, whether or not a figure uses them, so
-// that every run shows what this machine can do.
+// that every run shows what this machine can do. A tcp job skips the
+// same-host ones (its PEs map no peer's heap) and says so in the run's
+// skipped list.
 func init() {
 	Register(&Suite{Name: "limits", Group: "limits", Default: true,
 		Doc: "the machine's limits with plain Go: copy() at 1 and 16 MiB, copy into the shared mapping, " +
-			"cache-line round trip between PE processes, TCP loopback 8-byte round trip and 1 MiB-write stream",
+			"cache-line round trip between PE processes (these two: shm jobs only), " +
+			"TCP loopback 8-byte round trip and 1 MiB-write stream",
 		Run: func(b *B, _ int) error {
 			refs := []struct {
-				size   int
-				metric report.Metric
-				l      limit
+				name     string
+				size     int
+				metric   report.Metric
+				sameHost bool // needs the peers' heaps mapped here
+				l        func() limit
 			}{
-				{1 << 20, report.Bandwidth, b.copyLimit(1<<20, false)},
-				{16 << 20, report.Bandwidth, b.copyBig(16 << 20)},
-				{1 << 20, report.Bandwidth, b.copyToMapping(1 << 20)},
-				{8, report.Latency, b.cachelineRTT(limCacheline, 2)},
-				{8, report.Latency, b.tcpRTT()},
-				{tcpStreamSize, report.Bandwidth, b.tcpStream()},
+				{limCopy, 1 << 20, report.Bandwidth, false, func() limit { return b.copyLimit(1<<20, false) }},
+				{limCopy, 16 << 20, report.Bandwidth, false, func() limit { return b.copyBig(16 << 20) }},
+				{limCopyMap, 1 << 20, report.Bandwidth, true, func() limit { return b.copyToMapping(1 << 20) }},
+				{limCacheline, 8, report.Latency, true, func() limit { return b.cachelineRTT(limCacheline, 2) }},
+				{limTCPRTT, 8, report.Latency, false, func() limit { return b.tcpRTT(8, 8) }},
+				{limTCPStream, tcpStreamSize, report.Bandwidth, false, b.tcpStream},
 			}
 			for _, r := range refs {
-				if err := b.reference(r.l.name, r.size, r.metric, r.l); err != nil {
+				if r.sameHost && b.remote() {
+					b.skip(fmt.Sprintf("limit %s in the %s job of %d PEs", r.name, b.cfg.Transport, b.npes),
+						"same-host only: over tcp no PE maps a peer's heap (tcp figures are held to tcp-rtt and tcp-stream)")
+					continue
+				}
+				if err := b.reference(r.name, r.size, r.metric, r.l()); err != nil {
 					return err
 				}
 			}

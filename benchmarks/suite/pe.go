@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/goshmem/goshmem/benchmarks/report"
@@ -48,6 +49,12 @@ func runPE() error {
 	}
 	before.cpu = currentCPU()
 	b, err := newB(pe, cfg, os.Stderr)
+	if err != nil {
+		return err
+	}
+	// After newB's barrier every PE has met every other: the routes are
+	// settled, and must be the transport's.
+	routes, err := checkRoutes(pe.Info(), cfg.Transport)
 	if err != nil {
 		return err
 	}
@@ -97,18 +104,38 @@ func runPE() error {
 	after := readProc()
 	place := report.Placement{PE: b.rank, Pid: info.Pid, Host: info.Host, CPUsAllowed: after.cpus,
 		CPUStart: before.cpu, CPUEnd: after.cpu, Preempted: after.nonvoluntary - before.nonvoluntary,
-		VoluntarySw: after.voluntary - before.voluntary, Oversubscribed: info.Oversubscribed, BoundCPU: bound}
+		VoluntarySw: after.voluntary - before.voluntary, Oversubscribed: info.Oversubscribed, BoundCPU: bound,
+		Routes: routes}
 	if err := writeJSON(filepath.Join(out, fmt.Sprintf("pe-%d.json", b.rank)), place); err != nil {
 		return err
 	}
 	if b.rank == 0 {
 		res := report.JobResult{Transport: cfg.Transport, PEs: b.npes, CPU: info.CPU, Cores: info.Cores,
-			Threads: info.Threads, GoVersion: info.GoVersion, Figures: b.figures, Limits: b.limits}
+			Threads: info.Threads, GoVersion: info.GoVersion, Figures: b.figures, Limits: b.limits, Skipped: b.skipped}
 		if err := writeJSON(filepath.Join(out, "results.json"), res); err != nil {
 			return err
 		}
 	}
 	return pe.Finalize()
+}
+
+// checkRoutes makes sure the job measures the transport it is named
+// after: in a shm job every peer's heap is mapped here, in a tcp job no
+// peer's is (each PE has a host of its own, so every pair talks through
+// netmesh). It returns the routes as "PE r: kind [addr]".
+func checkRoutes(in shmem.Info, transport string) ([]string, error) {
+	var out []string
+	for _, r := range in.Routes {
+		if r.Kind == "self" {
+			continue
+		}
+		if (transport == TransportTCP) != (r.Kind != "shm") {
+			return nil, fmt.Errorf("goshbench PE %d: a %s job, but PE %d is reached over %q "+
+				"(host %q here, %q there)", in.PE, transport, r.PE, r.Kind, in.Host, r.Host)
+		}
+		out = append(out, strings.TrimSpace(fmt.Sprintf("PE %d: %s %s", r.PE, r.Kind, r.Addr)))
+	}
+	return out, nil
 }
 
 func writeJSON(path string, v any) error {

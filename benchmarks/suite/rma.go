@@ -24,7 +24,7 @@ func init() {
 		Doc: "osu_oshm_get: blocking Get of size bytes from PE 1; ns per Get",
 		Run: func(b *B, size int) error {
 			return b.figure(figure{suite: "get-latency", size: size, metric: report.Latency,
-				run: b.getLoop(size, 1, false), limit: b.dataLimit(size, report.Latency, false)})
+				run: b.getLoop(size, 1, false), limit: b.getLatencyLimit(size)})
 		}})
 	for _, v := range []struct {
 		name, doc string

@@ -15,7 +15,7 @@ import (
 // held to.
 type tcpLink struct {
 	conn net.Conn
-	buf  []byte // tcpStreamSize bytes
+	buf  []byte // max(tcpStreamSize, the job's largest size) bytes
 }
 
 // link opens the connection the first time a TCP limit is built. Every
@@ -50,7 +50,7 @@ func (b *B) link() (*tcpLink, error) {
 	if b.rank > 1 || (b.rank == 1 && ln == nil) {
 		return nil, b.tcpErr
 	}
-	l := &tcpLink{buf: make([]byte, tcpStreamSize)}
+	l := &tcpLink{buf: make([]byte, max(tcpStreamSize, b.cfg.MaxSize()))}
 	var err error
 	if b.rank == 0 {
 		port = b.xch.Local()[3*b.npes]
@@ -71,9 +71,14 @@ func (b *B) link() (*tcpLink, error) {
 	return l, nil
 }
 
-// tcpRTT is an 8-byte ping-pong between PEs 0 and 1 over the link: PE 0
-// writes 8 bytes and reads 8 back, n times.
-func (b *B) tcpRTT() limit {
+// tcpRTT is a ping-pong between PEs 0 and 1 over the link: PE 0 writes
+// out bytes, PE 1 reads them all and writes back bytes, PE 0 reads them
+// all; n times. tcpRTT(8, 8) is the 8-byte round trip, the floor of
+// every small remote operation (a GET request and its answer, an atomic,
+// a Quiet's flush). With a figure's payload one way (size, 8 for a Put
+// and its Quiet; 8, size for a Get) it is the least time plain Go takes
+// to move those bytes and learn that they arrived.
+func (b *B) tcpRTT(out, back int) limit {
 	l, lerr := b.link()
 	return limit{name: limTCPRTT, run: func(n int) (sample, error) {
 		if b.rank > 1 {
@@ -83,25 +88,49 @@ func (b *B) tcpRTT() limit {
 			return sample{}, lerr
 		}
 		var err error
-		msg := l.buf[:8]
+		send, recv := l.buf[:out], l.buf[:back]
+		if b.rank == 1 {
+			send, recv = recv, send
+		}
 		l.conn.SetDeadline(time.Now().Add(b.cfg.Timeout))
 		start := time.Now()
 		for range n {
 			if b.rank == 0 {
-				if _, err = l.conn.Write(msg); err == nil {
-					_, err = io.ReadFull(l.conn, msg)
+				if _, err = l.conn.Write(send); err == nil {
+					_, err = io.ReadFull(l.conn, recv)
 				}
 			} else {
-				if _, err = io.ReadFull(l.conn, msg); err == nil {
-					_, err = l.conn.Write(msg)
+				if _, err = io.ReadFull(l.conn, recv); err == nil {
+					_, err = l.conn.Write(send)
 				}
 			}
 			if err != nil {
 				return sample{}, fmt.Errorf("goshbench: TCP ping-pong on PE %d: %w", b.rank, err)
 			}
 		}
-		return timed(start, n, 8*n), nil
+		return timed(start, n, (out+back)*n), nil
 	}}
+}
+
+// tcpFrames is tcpStream counted in frames of frameBytes bytes: the
+// operations per second a link could carry if each operation cost
+// exactly its frame on the wire and nothing else (the stream's bytes per
+// second / frameBytes). It is the limit of the TCP rate figures, which
+// only a runtime that coalesces many frames into each write can
+// approach.
+func (b *B) tcpFrames(frameBytes int) limit { return inFrames(b.tcpStream(), frameBytes) }
+
+// inFrames renames stream limit l to tcp-stream-frames and counts its
+// bytes in frames of frameBytes bytes.
+func inFrames(l limit, frameBytes int) limit {
+	run := l.run
+	l.name = limTCPFrames
+	l.run = func(n int) (sample, error) {
+		s, err := run(n)
+		s.ops = s.bytes / float64(frameBytes)
+		return s, err
+	}
+	return l
 }
 
 // tcpStream is PE 0 writing n 1 MiB buffers to PE 1, which reads them
@@ -120,7 +149,7 @@ func (b *B) tcpStream() limit {
 		start := time.Now()
 		if b.rank == 0 {
 			for range n {
-				if _, err = l.conn.Write(l.buf); err != nil {
+				if _, err = l.conn.Write(l.buf[:tcpStreamSize]); err != nil {
 					break
 				}
 			}
@@ -129,7 +158,7 @@ func (b *B) tcpStream() limit {
 			}
 		} else {
 			for range n {
-				if _, err = io.ReadFull(l.conn, l.buf); err != nil {
+				if _, err = io.ReadFull(l.conn, l.buf[:tcpStreamSize]); err != nil {
 					break
 				}
 			}

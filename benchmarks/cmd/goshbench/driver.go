@@ -129,6 +129,9 @@ func runAll(o *options, args []string, stdout, stderr io.Writer) error {
 			for _, m := range res.Limits {
 				run.Limits = append(run.Limits, report.SummariseLimit(m))
 			}
+			for _, sk := range res.Skipped {
+				skip(sk.What, sk.Reason)
+			}
 			for _, m := range res.Figures {
 				f, err := report.Summarise(m)
 				if err != nil {

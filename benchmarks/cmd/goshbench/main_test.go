@@ -92,8 +92,9 @@ func checkRecord(rec map[string]any) error {
 	return nil
 }
 
-// TestQuickRun is what CI runs: goshbench -quick with every output,
-// then the JSON checked against the schema, the benchmark lines against
+// TestQuickRun is what CI runs: goshbench -quick over shared memory and
+// TCP with every output, then the JSON of both transports checked
+// against the schema, the benchmark lines against
 // the Go benchmark format, and the plots for well-formed XML.
 func TestQuickRun(t *testing.T) {
 	dir := t.TempDir()
@@ -148,35 +149,54 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 
-	// Every available default suite produced its figures.
-	want := []string{
-		"put-latency|shm|2|8|latency", "put-latency|shm|2|4096|latency", "put-latency|shm|2|1048576|latency",
-		"get-latency|shm|2|8|latency", "put-bw|shm|2|1048576|bandwidth", "put-nbi-bw|shm|2|4096|bandwidth",
-		"get-bw|shm|2|8|bandwidth", "get-nbi-bw|shm|2|1048576|bandwidth",
-		"put-rate|shm|2|8|rate", "put-nbi-rate|shm|2|8|rate", "put-rate-all|shm|2|8|rate", "put-rate-all|shm|4|8|rate",
-		"barrier|shm|2|0|latency", "barrier|shm|4|0|latency", "waituntil|shm|2|8|latency",
-	}
-	for _, op := range []string{"fetch-add", "add", "inc", "fetch-inc", "compare-swap", "swap", "fetch"} {
-		want = append(want, op+"|shm|2|8|latency", op+"|shm|2|8|rate")
+	// Every available default suite produced its figures, over both
+	// transports, each held to its transport's limits.
+	var want []string
+	for _, tr := range []string{"shm", "tcp"} {
+		for _, k := range []string{
+			"put-latency|%s|2|8|latency", "put-latency|%s|2|4096|latency", "put-latency|%s|2|1048576|latency",
+			"get-latency|%s|2|8|latency", "put-bw|%s|2|1048576|bandwidth", "put-nbi-bw|%s|2|4096|bandwidth",
+			"get-bw|%s|2|8|bandwidth", "get-nbi-bw|%s|2|1048576|bandwidth",
+			"put-rate|%s|2|8|rate", "put-nbi-rate|%s|2|8|rate", "put-rate-all|%s|2|8|rate", "put-rate-all|%s|4|8|rate",
+			"barrier|%s|2|0|latency", "barrier|%s|4|0|latency", "waituntil|%s|2|8|latency",
+		} {
+			want = append(want, fmt.Sprintf(k, tr))
+		}
+		for _, op := range []string{"fetch-add", "add", "inc", "fetch-inc", "compare-swap", "swap", "fetch"} {
+			want = append(want, op+"|"+tr+"|2|8|latency", op+"|"+tr+"|2|8|rate")
+		}
 	}
 	for _, k := range want {
 		if !seen[k] {
 			t.Errorf("no record %s", k)
 		}
 	}
-	if lookupTransport("tcp").missing != "" {
-		for k := range seen {
-			if strings.Contains(k, "|tcp|") {
-				t.Errorf("record %s: tcp is not available, it must not have figures", k)
+	tcpLimits := map[report.Metric][]string{
+		report.Latency:   {"tcp-rtt", "tcp-floor"},
+		report.Bandwidth: {"tcp-stream"},
+		report.Rate:      {"tcp-stream-frames"},
+	}
+	for _, r := range typed.Records {
+		isTCP := strings.HasPrefix(r.LimitName, "tcp-")
+		switch {
+		case r.Transport == "shm" && isTCP:
+			t.Errorf("record %s: a shm figure held to %s", r.Key(), r.LimitName)
+		case r.Transport == "tcp" && !slices.Contains(tcpLimits[r.Metric], r.LimitName):
+			t.Errorf("record %s: a tcp %s held to %s, want one of %v", r.Key(), r.Metric, r.LimitName, tcpLimits[r.Metric])
+		}
+	}
+	// The same-host limits are not measured in tcp jobs, and the run says so.
+	for _, npes := range []int{2, 4} {
+		for _, name := range []string{"copy-to-mapping", "cacheline-rtt"} {
+			what := fmt.Sprintf("limit %s in the tcp job of %d PEs", name, npes)
+			if !slices.ContainsFunc(typed.Run.Skipped, func(s report.Skip) bool {
+				return s.What == what && strings.Contains(s.Reason, "same-host only")
+			}) {
+				t.Errorf("run.skipped has no %q: %+v", what, typed.Run.Skipped)
 			}
-		}
-		if !slices.ContainsFunc(typed.Run.Skipped, func(s report.Skip) bool {
-			return s.What == "transport tcp" && strings.Contains(s.Reason, "netmesh")
-		}) {
-			t.Errorf("run.skipped does not report tcp as unavailable: %+v", typed.Run.Skipped)
-		}
-		if !strings.Contains(stderr.String(), "skipping transport tcp: not available until netmesh lands") {
-			t.Errorf("no skip line for tcp on stderr:\n%s", stderr.String())
+			if !strings.Contains(stderr.String(), "skipping "+what) {
+				t.Errorf("no skip line for %q on stderr", what)
+			}
 		}
 	}
 
@@ -194,24 +214,46 @@ func TestQuickRun(t *testing.T) {
 	if c, _ := file.Run["cores"].(float64); c < 1 {
 		t.Errorf("run.cores = %v", file.Run["cores"])
 	}
-	if len(typed.Run.Jobs) != 2 {
-		t.Errorf("%d jobs, want 2 (shm at 2 and 4 PEs)", len(typed.Run.Jobs))
+	if len(typed.Run.Jobs) != 4 {
+		t.Errorf("%d jobs, want 4 (shm and tcp, at 2 and 4 PEs)", len(typed.Run.Jobs))
 	}
 	for _, j := range typed.Run.Jobs {
 		if len(j.Placement) != j.PEs {
 			t.Errorf("job %s/%d: placement of %d PEs", j.Transport, j.PEs, len(j.Placement))
 		}
+		// Every PE reached every other over the job's transport.
+		hosts := map[string]bool{}
+		for _, p := range j.Placement {
+			hosts[p.Host] = true
+			if len(p.Routes) != j.PEs-1 {
+				t.Errorf("job %s/%d, PE %d: routes %q", j.Transport, j.PEs, p.PE, p.Routes)
+			}
+			for _, r := range p.Routes {
+				if !strings.Contains(r, ": "+j.Transport) {
+					t.Errorf("job %s/%d, PE %d: route %q", j.Transport, j.PEs, p.PE, r)
+				}
+			}
+		}
+		if want := map[string]int{"shm": 1, "tcp": j.PEs}[j.Transport]; len(hosts) != want {
+			t.Errorf("job %s/%d: PEs on %d hosts, want %d", j.Transport, j.PEs, len(hosts), want)
+		}
 	}
 	limits := map[string]bool{}
 	for _, l := range typed.Run.Limits {
-		limits[l.Name] = true
+		limits[l.Transport+" "+l.Name] = true
 		if !(l.Value > 0) || l.Unit != l.Metric.Unit() {
 			t.Errorf("limit %+v", l)
 		}
 	}
-	for _, name := range []string{"copy", "copy-to-mapping", "cacheline-rtt", "tcp-rtt", "tcp-stream"} {
+	for _, name := range []string{"shm copy", "shm copy-to-mapping", "shm cacheline-rtt", "shm tcp-rtt", "shm tcp-stream",
+		"tcp copy", "tcp tcp-rtt", "tcp tcp-stream"} {
 		if !limits[name] {
 			t.Errorf("no reference limit %s", name)
+		}
+	}
+	for _, name := range []string{"tcp copy-to-mapping", "tcp cacheline-rtt"} {
+		if limits[name] {
+			t.Errorf("reference limit %s measured in a tcp job", name)
 		}
 	}
 	if !strings.Contains(stderr.String(), "Figures (median of 3 repetitions") {
@@ -267,7 +309,7 @@ func TestQuickRun(t *testing.T) {
 // job starts.
 func TestNothingToMeasure(t *testing.T) {
 	for _, args := range [][]string{
-		{"-transport", "tcp", "-quick"},
+		{"-transport", "tcp", "-suites", "ring", "-quick"},
 		{"-pes", "4", "-suites", "put-latency", "-quick"},
 		{"-suites", "broadcast", "-quick"},
 	} {

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"strings"
+
+	"github.com/goshmem/goshmem/benchmarks/suite"
 )
 
 // transport is one way the PEs of a job can reach each other.
@@ -17,11 +19,12 @@ type transport struct {
 }
 
 // transports lists what goshbench knows. tcp gives every PE its own
-// host identity, so that goshmem routes them through netmesh over TCP
-// loopback; until netmesh lands it is reported, never measured.
+// host identity (launch.Job.Hosts, GOSHMEM_HOST), so that goshmem routes
+// every pair through netmesh over TCP loopback; the PEs check that they
+// got the routes their transport names (suite.checkRoutes).
 var transports = []transport{
-	{name: "shm"},
-	{name: "tcp", missing: "not available until netmesh lands (this build has no remote path; PEs on different hosts refuse to start)",
+	{name: suite.TransportSHM},
+	{name: suite.TransportTCP,
 		hosts: func(n int) []string {
 			h := make([]string, n)
 			for i := range h {
