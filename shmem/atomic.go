@@ -137,6 +137,22 @@ func amoNBI[T AtomicElem](dst *T, s Sym[T], i int, op heap.AtomicOp, v, cond T, 
 	if dst == nil {
 		return fmt.Errorf("shmem: non-blocking atomic with a nil destination: %w", ErrInvalid)
 	}
+	if sizeOf[T]() == 8 {
+		if p, _ := s.local(i, 1, target); p == nil {
+			// Over TCP an 8-byte result can land in *dst when the reply
+			// arrives: many such atomics are in flight at once, and all
+			// are complete at the next Quiet.
+			_, p, off, err := s.span(i, 1, target)
+			if err != nil {
+				return err
+			}
+			if p.mem == nil {
+				return p.link.AtomicNBI(8, op, off, toBits(v), toBits(cond), word64(dst))
+			}
+		}
+	}
+	// Over shared memory, and for 4-byte elements over TCP, the result is
+	// fetched at once (allowed: it is then complete early).
 	old, err := amo(s, i, op, v, cond, target)
 	if err != nil {
 		return err

@@ -56,6 +56,9 @@ type PE struct {
 	job *runJob
 
 	ctxSeq atomic.Uint64 // numbers contexts
+
+	// pokeCh is closed (and replaced) to wake waits parked in parkUntil.
+	pokeCh atomic.Pointer[chan struct{}]
 }
 
 // peer is this PE's route to one PE of the job.
@@ -73,6 +76,9 @@ type peer struct {
 	addr     string        // the remote peer's address
 	conn     *net.UnixConn // same-host liveness link (process jobs)
 	departed atomic.Bool   // the peer said goodbye
+	// inproc is the peer's PE when it lives in this process (this PE
+	// itself, and Run's PEs), so a writer can also wake its parked waits.
+	inproc *PE
 }
 
 // MyPE is this PE's number, 0..NPEs()-1.
@@ -139,6 +145,9 @@ func (pe *PE) notify(p *peer, off, n uint64) {
 func notifyAtomic(p *peer, off, n uint64) {
 	if heap.Watched(p.mem, off, n) {
 		wake(p.wake)
+		if q := p.inproc; q != nil && q.hasRemote {
+			q.poke()
+		}
 	}
 }
 
@@ -152,6 +161,7 @@ func wake(w *uint32) {
 func (pe *PE) markLost(err error) {
 	pe.lost.CompareAndSwap(nil, &err)
 	wake(pe.peers[pe.rank].wake)
+	pe.poke()
 }
 
 // brokenErr is the reason the job is broken, or nil.

@@ -135,6 +135,9 @@ func (pe *PE) startMesh(jobID string, key []byte, listen string) error {
 		return fmt.Errorf("shmem: PE %d: %w", pe.rank, err)
 	}
 	pe.mesh = m
+	// Set before any link exists: the links' readers read it (through
+	// notify) from their own goroutines.
+	pe.hasRemote = true
 	return nil
 }
 
@@ -164,7 +167,6 @@ func (pe *PE) connectMesh(ctx context.Context, addrs []string) error {
 		pe.peers[r].link = l
 		pe.peers[r].addr = peers[r] // the address it listens on
 	}
-	pe.hasRemote = true
 	return nil
 }
 

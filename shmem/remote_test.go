@@ -97,3 +97,40 @@ func TestNoLeaksAfterFinalize(t *testing.T) {
 	buf := make([]byte, 1<<16)
 	t.Fatalf("after 5 jobs: %d goroutines (was %d), %d fds (was %d)\n%s", g, g0, f, f0, buf[:runtime.Stack(buf, true)])
 }
+
+// Fetching non-blocking atomics: every result lands by the next Quiet.
+var _ = register("nbi-fetch", func(pe *shmem.PE) error {
+	const k = 2000
+	me, np := pe.MyPE(), pe.NPEs()
+	ctr, err := shmem.Malloc[int64](pe, 1)
+	if err != nil {
+		return err
+	}
+	ctr32, err := shmem.Malloc[uint32](pe, 1)
+	if err != nil {
+		return err
+	}
+	right := (me + 1) % np
+	got := make([]int64, k)
+	got32 := make([]uint32, k)
+	for i := range got {
+		if err := shmem.AtomicFetchIncNBI(&got[i], ctr, 0, right); err != nil {
+			return err
+		}
+		if err := shmem.AtomicFetchAddNBI(&got32[i], ctr32, 0, 3, right); err != nil {
+			return err
+		}
+	}
+	if err := pe.Quiet(); err != nil {
+		return err
+	}
+	// Only this PE adds to its right neighbour's counters, in order.
+	for i := range got {
+		if got[i] != int64(i) || got32[i] != uint32(3*i) {
+			return fmt.Errorf("fetch %d returned %d and %d, want %d and %d", i, got[i], got32[i], i, 3*i)
+		}
+	}
+	return pe.BarrierAll()
+})
+
+func TestNBIFetch(t *testing.T) { each(t, "nbi-fetch", 1, 2, 3) }

@@ -80,7 +80,7 @@ func Run(n int, fn func(pe *PE) error, opts ...Option) error {
 			if r == pe.rank {
 				continue
 			}
-			pe.peers[r] = peer{rank: r, host: hosts[r], pid: os.Getpid()}
+			pe.peers[r] = peer{rank: r, host: hosts[r], pid: os.Getpid(), inproc: other}
 			if hosts[r] == hosts[pe.rank] {
 				pe.peers[r].mem, pe.peers[r].wake = other.mem, heap.Ptr32(other.mem, heap.WakeOff)
 			}
@@ -221,9 +221,11 @@ func newPE(rank, npes int, cfg Config, host string, seg *heap.Segment, line int)
 		return nil, err
 	}
 	pe := &PE{rank: rank, npes: npes, cfg: cfg, host: host, cacheLine: line, seg: seg, mem: seg.Bytes(), alloc: a}
+	ch := make(chan struct{})
+	pe.pokeCh.Store(&ch)
 	pe.peers = make([]peer, npes)
 	pe.peers[rank] = peer{rank: rank, host: host, pid: os.Getpid(), mem: pe.mem,
-		wake: heap.Ptr32(pe.mem, heap.WakeOff)}
+		wake: heap.Ptr32(pe.mem, heap.WakeOff), inproc: pe}
 	return pe, nil
 }
 

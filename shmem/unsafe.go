@@ -53,3 +53,7 @@ func fromBits[T any](b uint64) T {
 	}
 	return v
 }
+
+// word64 views an 8-byte value as the uint64 the wire delivers into.
+// The caller has checked that T is 8 bytes.
+func word64[T any](p *T) *uint64 { return (*uint64)(unsafe.Pointer(p)) }

@@ -48,6 +48,9 @@ func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
 			break
 		}
 	}
+	if pe.hasRemote {
+		return pe.parkUntil(start, off, n, cond, what)
+	}
 	for i := 0; ; i++ {
 		el := time.Since(start)
 		switch {
@@ -91,6 +94,52 @@ func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
 		}
 		nap = min(2*nap, longestNap)
 	}
+}
+
+// parkUntil is await's second half for a PE with TCP links. Remote
+// writes are applied by the link's reader goroutine in this process,
+// which needs a scheduler slot to run: a wait that yields the OS thread
+// or blocks in a raw futex call can hold the slot and stall the very
+// reader it waits for (with one CPU per PE, for up to the Go runtime's
+// 10 ms retake period). So this wait parks the goroutine instead, on a
+// channel the reader closes when it writes a watched range (poke), with
+// a timer for what the channel cannot hear: same-host writers in other
+// processes, which wake only futex sleepers. Those are seen within the
+// timer's nap, 1 ms at most.
+func (pe *PE) parkUntil(start time.Time, off, n uint64, cond func() bool, what func() string) error {
+	tok := heap.BeginSleep(pe.mem, off, n)
+	defer heap.EndSleep(pe.mem, tok)
+	nap := 20 * time.Microsecond
+	t := time.NewTimer(nap)
+	defer t.Stop()
+	for {
+		ch := *pe.pokeCh.Load()
+		if cond() {
+			return nil
+		}
+		t.Reset(nap)
+		select {
+		case <-ch:
+		case <-t.C:
+		}
+		if cond() {
+			return nil
+		}
+		if err := pe.alive(); err != nil {
+			return fmt.Errorf("shmem: PE %d waiting for %s: %w", pe.rank, what(), err)
+		}
+		if time.Since(start) > pe.cfg.Timeout {
+			return fmt.Errorf("shmem: PE %d waited %v for %s: %w", pe.rank, pe.cfg.Timeout, what(), ErrTimeout)
+		}
+		nap = min(2*nap, time.Millisecond)
+	}
+}
+
+// poke wakes this PE's parked waits (parkUntil): it closes the channel
+// they wait on and installs a fresh one.
+func (pe *PE) poke() {
+	ch := make(chan struct{})
+	close(*pe.pokeCh.Swap(&ch))
 }
 
 // Cmp is a comparison for the wait and test calls.
