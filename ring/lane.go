@@ -1,0 +1,288 @@
+package ring
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// sendLane is the sending end of a lane, on its From PE.
+type sendLane struct {
+	mu sync.Mutex // guards next, acked and stage: one Send at a time per lane
+
+	lane  Lane
+	depth uint64
+	lay   laneLayout
+	data  shmem.Sym[byte]   // the ring's data object (slots and bulk areas live in To's copy)
+	pub   shmem.Sym[uint64] // To's pub word for this lane
+	bell  shmem.Sym[uint64] // To's doorbell; rung only when ringBell
+	ack   shmem.Sym[uint64] // this PE's ack word for this lane
+	// ackWord is this PE's copy of the ack word, read with atomic loads.
+	// The receiver advances it with remote atomic adds.
+	ackWord  *uint64
+	ringBell bool // To has more than one incoming lane: Recv there sleeps on the doorbell
+
+	next  uint64 // sequence number of the next message; starts at 1
+	acked uint64 // last value read from ackWord (Safe mode)
+	stage []byte // the slot image being built: one slot, reused by every Send
+	// bellOld receives the doorbell's old value from the non-blocking
+	// add (never read: the add is non-blocking so that over TCP it costs
+	// no round trip).
+	bellOld uint64
+}
+
+// slot is the handle on slot k in To's heap.
+func (l *sendLane) slot(k int) shmem.Sym[byte] {
+	off := l.lay.slotsOff + k*l.lay.slotSize
+	return l.data.Slice(off, off+l.lay.slotSize)
+}
+
+// send writes data as the lane's next message. Over shared memory it
+// allocates nothing unless it has to wait for an acknowledgement.
+func (l *sendLane) send(r *Ring, data []byte) (uint64, error) {
+	if len(data) > l.lane.Capacity {
+		return 0, fmt.Errorf("ring: Send of %d bytes on lane %d→%d, whose capacity is %d bytes: %w",
+			len(data), l.lane.From, l.lane.To, l.lane.Capacity, shmem.ErrInvalid)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seq := l.next
+	if r.mode == Safe && seq > l.depth {
+		// Slot (seq-1) mod Depth still holds message seq-Depth until the
+		// receiver has acknowledged it.
+		if need := seq - l.depth; l.acked < need {
+			if err := l.waitAck(r, need); err != nil {
+				return 0, err
+			}
+		}
+	}
+	k := int((seq - 1) % l.depth)
+	if len(data) > l.lay.inline {
+		if err := l.putBulk(r, k, seq, data); err != nil {
+			return 0, err
+		}
+	} else {
+		encodeSlot(l.stage, seq, data)
+	}
+	// One put of the whole slot image; its signal publishes seq in the
+	// lane's pub word, after the data (PutSignal orders them).
+	if err := shmem.PutSignal(l.slot(k), l.stage, l.pub, seq, shmem.SignalSet, l.lane.To); err != nil {
+		return 0, fmt.Errorf("ring: Send of message %d on lane %d→%d: %w", seq, l.lane.From, l.lane.To, err)
+	}
+	if l.ringBell {
+		if err := shmem.AtomicFetchAddNBI(&l.bellOld, l.bell, 0, 1, l.lane.To); err != nil {
+			return 0, fmt.Errorf("ring: Send of message %d on lane %d→%d: doorbell: %w", seq, l.lane.From, l.lane.To, err)
+		}
+	}
+	l.next++
+	return seq, nil
+}
+
+// waitAck waits until the receiver has acknowledged message need.
+func (l *sendLane) waitAck(r *Ring, need uint64) error {
+	l.acked = atomic.LoadUint64(l.ackWord)
+	if l.acked < need {
+		r.waits.Add(1)
+		start := time.Now()
+		err := shmem.WaitUntil(l.ack, 0, shmem.CmpGE, need)
+		r.waitNs.Add(int64(time.Since(start)))
+		if err != nil {
+			return fmt.Errorf("ring: Send on lane %d→%d waiting for PE %d to acknowledge message %d: %w",
+				l.lane.From, l.lane.To, l.lane.To, need, err)
+		}
+		l.acked = atomic.LoadUint64(l.ackWord)
+	}
+	if l.acked >= l.next {
+		return fmt.Errorf("ring: lane %d→%d: PE %d acknowledged message %d, but only %d were sent: %w",
+			l.lane.From, l.lane.To, l.lane.To, l.acked, l.next-1, shmem.ErrProtocol)
+	}
+	return nil
+}
+
+// recvLane is the receiving end of a lane, on its To PE. Its fields
+// after the layout are guarded by Ring.rmu.
+type recvLane struct {
+	lane  Lane
+	depth uint64
+	lay   laneLayout
+	mode  Mode
+	// mem is this PE's data object; slot k is mem[slotsOff+k*slotSize:]
+	// and bulk area k mem[bulkOff+k*bulkSize:].
+	mem     []byte
+	pubWord *uint64           // this PE's copy of the lane's pub word
+	pub     shmem.Sym[uint64] // the same word, for WaitUntil
+	ack     shmem.Sym[uint64] // the sender's ack word for this lane
+	scratch []byte            // Raw mode: a copy of a slot, validated before delivery
+
+	next   uint64 // the next expected sequence number
+	given  uint64 // highest sequence number handed to the user or skipped
+	acked  uint64 // highest sequence number acknowledged
+	ackOld uint64 // receives the ack word's old value from Ack's non-blocking add (never read)
+	broken error  // set once a Safe lane was found lapped: every later poll fails
+}
+
+func (l *recvLane) slot(k int) []byte {
+	off := l.lay.slotsOff + k*l.lay.slotSize
+	return l.mem[off : off+l.lay.slotSize : off+l.lay.slotSize]
+}
+
+func (l *recvLane) bulkArea(k int) []byte {
+	off := l.lay.bulkOff + k*l.lay.bulkSize
+	return l.mem[off : off+l.lay.bulkSize : off+l.lay.bulkSize]
+}
+
+// What take found for the expected message.
+type outcome uint8
+
+const (
+	tookIt  outcome = iota // the message was delivered
+	skipped                // lost (Raw, lapped) or corrupt: next advanced past it
+	failed                 // the lane is broken
+)
+
+// poll appends up to limit of the lane's next messages to out, in
+// order. It reads only this PE's memory: first the lane's pub word,
+// which the sender sets to seq after message seq's put is complete
+// (PutSignal), then the slots of the messages pub says are complete.
+// A slot whose put may still be in progress is not looked at: it is
+// not ready. It returns the messages it could deliver together with an
+// error when it met corruption or a broken lane.
+func (l *recvLane) poll(r *Ring, out []Message, limit int) ([]Message, error) {
+	if l.broken != nil {
+		return out, l.broken
+	}
+	start := l.next
+	defer func() {
+		l.given = l.next - 1
+		if adv := l.next - start; adv > 0 {
+			for {
+				old := r.maxLag.Load()
+				if adv <= old || r.maxLag.CompareAndSwap(old, adv) {
+					break
+				}
+			}
+		}
+	}()
+	p := atomic.LoadUint64(l.pubWord)
+	for taken := 0; taken < limit && l.next <= p; {
+		e := l.next
+		m, oc, err := l.take(r, e, p)
+		switch oc {
+		case tookIt:
+			out = append(out, m)
+			l.next = e + 1
+			taken++
+		case skipped:
+			if err != nil {
+				return out, err
+			}
+		case failed:
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// take delivers message e, which pub (loaded before the slot is read)
+// says was put completely. A slot that then does not hold a valid image
+// of e within the lane's bounds is judged:
+//
+//   - Safe mode: nothing can have overwritten it, since the sender waits
+//     for an ack of e first. Holding a later message, the lane was
+//     lapped: the lane is broken. Otherwise it is corrupt: counted,
+//     reported, skipped.
+//   - Raw mode: it was overwritten (or is being) if pub, loaded after the
+//     read, has reached e+Depth-1, after which the sender starts the
+//     message that reuses the slot: e and every message up to the newest
+//     Depth are lost. Otherwise it is corrupt.
+func (l *recvLane) take(r *Ring, e, p uint64) (Message, outcome, error) {
+	k := int((e - 1) % l.depth)
+	live := l.slot(k)
+	if m, ok := l.accept(e, k, live); ok {
+		return m, tookIt, nil
+	}
+	v, st := decodeSlot(live)
+	if l.mode == Raw {
+		if p2 := atomic.LoadUint64(l.pubWord); p2 >= e+l.depth-1 {
+			// Messages up to p2 are complete; the newest Depth of them
+			// are p2-Depth+1..p2, and e, whose slot is being or was
+			// reused, is gone in any case.
+			nxt := max(e+1, p2-l.depth+1)
+			r.lost.Add(nxt - e)
+			l.next = nxt
+			return Message{}, skipped, nil
+		}
+	} else if st == slotOK && v.seq > e && (v.seq-e)%l.depth == 0 {
+		l.broken = fmt.Errorf("ring: Safe lane %d→%d was lapped: slot %d holds message %d while message %d was never delivered (unacknowledged slots were overwritten): %w",
+			l.lane.From, l.lane.To, k, v.seq, e, shmem.ErrProtocol)
+		return Message{}, failed, l.broken
+	}
+	r.corrupt.Add(1)
+	l.next = e + 1
+	why := st.String()
+	if st == slotOK {
+		switch {
+		case v.seq != e:
+			why = fmt.Sprintf("holds message %d", v.seq)
+		case v.bulk && l.mode == Raw && l.lay.bulkSize > 0 && v.n <= l.lane.Capacity:
+			why = "its bulk payload does not match the CRC in the slot"
+		default:
+			why = fmt.Sprintf("length %d (bulk %v) out of the lane's bounds", v.n, v.bulk)
+		}
+	}
+	return Message{}, skipped, fmt.Errorf("ring: lane %d→%d: message %d in slot %d is corrupt (%s) although its put completed (pub %d); it is skipped: %w",
+		l.lane.From, l.lane.To, e, k, why, p, shmem.ErrProtocol)
+}
+
+// accept delivers message e if slot k holds a valid image of it whose
+// length is within the lane's bounds. In Safe mode the message's Data
+// aliases the slot (or bulk area), which the sender does not reuse until
+// it is acknowledged. In Raw mode the sender may overwrite at any time,
+// so the slot is copied first and the copy is what is checked and
+// delivered.
+func (l *recvLane) accept(e uint64, k int, live []byte) (Message, bool) {
+	img := live
+	if l.mode == Raw {
+		img = l.snapshot(live)
+	}
+	v, st := decodeSlot(img)
+	if st != slotOK || v.seq != e {
+		return Message{}, false
+	}
+	m := Message{Origin: l.lane.From, Seq: e}
+	switch {
+	case !v.bulk && v.n <= l.lay.inline:
+		m.Data = v.payload
+		if l.mode == Raw {
+			m.Data = append([]byte(nil), v.payload...)
+		}
+	case v.bulk && l.lay.bulkSize > 0 && v.n <= l.lane.Capacity:
+		data, ok := l.takeBulk(k, v.n, binary.LittleEndian.Uint32(v.payload))
+		if !ok {
+			return Message{}, false
+		}
+		m.Data = data
+	default:
+		return Message{}, false
+	}
+	return m, true
+}
+
+// snapshot copies the parts of a live slot that decodeSlot reads into
+// the lane's scratch slot: the header, the inline payload its length
+// word claims (bounded by the slot), and the tail.
+func (l *recvLane) snapshot(live []byte) []byte {
+	s := l.scratch
+	copy(s[:offPayload], live[:offPayload])
+	n := bulkInline
+	if w := binary.LittleEndian.Uint32(s[offWord:]); w&bulkFlag == 0 {
+		n = min(int(w), len(s)-slotFixed)
+	}
+	copy(s[offPayload:offPayload+n], live[offPayload:offPayload+n])
+	copy(s[len(s)-tailSize:], live[len(live)-tailSize:])
+	return s
+}

@@ -1,0 +1,60 @@
+package ring
+
+import (
+	"fmt"
+	"hash/crc32"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// InlineMax is the largest payload a slot carries itself. A lane whose
+// Capacity is above it gets, besides its slots, one bulk area of
+// Capacity bytes per slot, and Send moves a message longer than
+// InlineMax in two steps: a put of the payload, straight from the
+// caller's slice, into bulk area (seq-1) mod Depth, then the slot image
+// with the bulk flag and the length (no inline payload). The lane's
+// sequence, acknowledgement and overwrite rules cover the bulk area
+// exactly as they cover its slot.
+//
+// Why: an inline message costs a copy into the staging slot, a CRC32C
+// pass on each side and the put; a bulk message costs the put alone
+// (plus a small slot). The benchmarks (docs/ring.md) put the crossover
+// between 512 B and 4 KiB on this machine; 1 KiB keeps a
+// bulk lane's slots at 1088 bytes.
+const InlineMax = 1 << 10
+
+// putBulk puts a bulk message's payload into bulk area k in To's heap
+// and builds message seq's slot image in the staging slot. In Raw mode
+// the slot carries the payload's CRC32C, which tells the receiver
+// whether its copy of the area was overwritten meanwhile.
+func (l *sendLane) putBulk(r *Ring, k int, seq uint64, data []byte) error {
+	off := l.lay.bulkOff + k*l.lay.bulkSize
+	if err := shmem.Put(l.data.Slice(off, off+len(data)), data, l.lane.To); err != nil {
+		return fmt.Errorf("ring: Send of %d bytes on lane %d→%d (bulk area %d): %w",
+			len(data), l.lane.From, l.lane.To, k, err)
+	}
+	var sum uint32
+	if r.mode == Raw {
+		sum = crc32.Checksum(data, castagnoli)
+	}
+	encodeBulkSlot(l.stage, seq, len(data), sum)
+	return nil
+}
+
+// takeBulk returns the payload of bulk message e, n bytes in bulk area
+// k. In Safe mode it is the area itself: the sender does not reuse it
+// before e is acknowledged. In Raw mode it is a copy, delivered only if
+// its CRC32C is sum, the one the slot carries: the message that reuses
+// the area may have begun to overwrite it. take then tells overwriting
+// (lost) from corruption.
+func (l *recvLane) takeBulk(k, n int, sum uint32) ([]byte, bool) {
+	area := l.bulkArea(k)[:n:n]
+	if l.mode == Safe {
+		return area, true
+	}
+	data := append([]byte(nil), area...)
+	if crc32.Checksum(data, castagnoli) != sum {
+		return nil, false
+	}
+	return data, true
+}

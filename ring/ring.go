@@ -1,0 +1,361 @@
+package ring
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// Lane is a directed message channel from PE From to PE To: Depth slots
+// of Capacity payload bytes, in To's heap.
+type Lane struct{ From, To, Depth, Capacity int }
+
+// Mode says what a full lane does.
+type Mode int
+
+const (
+	// Safe lanes are acknowledgement-gated: a lane holds up to Depth
+	// unacknowledged messages and Send waits beyond that. Nothing is
+	// lost.
+	Safe Mode = 1
+	// Raw lanes never make the sender wait: it overwrites the oldest
+	// slot. A receiver that was lapped gets the newest Depth messages in
+	// order, and Stats().Lost counts the overwritten ones exactly.
+	Raw Mode = 2
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Safe:
+		return "Safe"
+	case Raw:
+		return "Raw"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Message is one received message: its sender, its sequence number on
+// the lane from that sender (1, 2, ...) and its payload. In Safe mode
+// Data aliases the receiver's symmetric heap and is valid until the
+// message is acknowledged (Ack of Seq or later) or the ring closed; in
+// Raw mode it is a copy that stays valid. See the package caveats.
+type Message struct {
+	Origin int
+	Seq    uint64
+	Data   []byte
+}
+
+// Stats are a ring's counters on this PE, since New.
+type Stats struct {
+	Lost     uint64        // Raw: messages overwritten before this PE received them
+	Corrupt  uint64        // messages whose slot stayed invalid after their put completed
+	MaxLag   uint64        // the most sequence numbers one Poll (or Recv) advanced one lane
+	Waits    uint64        // Safe: Sends that waited for an acknowledgement
+	WaitTime time.Duration // the time those Sends waited
+}
+
+// Ring is one PE's handle on a set of lanes created together by New.
+// Send, Poll, Recv, Ack and Stats are safe for concurrent use; Close is
+// not.
+type Ring struct {
+	pe    *shmem.PE
+	mode  Mode
+	words shmem.Sym[uint64]
+	data  shmem.Sym[byte]
+
+	out   []*sendLane // lanes from this PE, in lanes order
+	outTo []*sendLane // indexed by To; nil where there is no lane
+	in    []*recvLane // lanes to this PE, in lanes order
+	inFr  []*recvLane // indexed by From
+
+	bell     shmem.Sym[uint64] // this PE's doorbell word
+	bellWord *uint64
+	useBell  bool // more than one incoming lane: Recv sleeps on the doorbell, not on a pub word
+	spin     bool // this host has a CPU per PE: Recv polls for a while before it sleeps
+
+	rmu sync.Mutex // guards the receive side: every recvLane's state and rr
+	rr  int        // the incoming lane Recv looks at first
+
+	closed  atomic.Bool
+	lost    atomic.Uint64
+	corrupt atomic.Uint64
+	maxLag  atomic.Uint64
+	waits   atomic.Uint64
+	waitNs  atomic.Int64
+}
+
+// New creates the lanes on every PE (collective: every PE calls it with
+// the same lanes and mode). It checks, on every PE alike, that the PEs
+// agree (ErrAsymmetric otherwise) and that every lane is valid: both
+// PEs in the job (ErrBadPE), not from a PE to itself, depth and capacity
+// in range, no pair of PEs listed twice (ErrInvalid), and the whole ring
+// within the heap (ErrHeapExhausted). On any error nothing stays
+// allocated. A PE may be in no lane; it still calls New and Close.
+func New(pe *shmem.PE, lanes []Lane, mode Mode) (*Ring, error) {
+	return newRing(pe, lanes, mode, InlineMax)
+}
+
+// newRing is New with the inline limit as a parameter, for tests and
+// benchmarks that move the crossover. It is part of the agreement.
+func newRing(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int) (*Ring, error) {
+	if pe == nil {
+		return nil, fmt.Errorf("ring: New on a nil PE: %w", shmem.ErrInvalid)
+	}
+	if err := agree(pe, descriptor(lanes, mode, inlineMax)); err != nil {
+		return nil, err
+	}
+	// From here every PE has the same arguments, so every check below
+	// fails on every PE or on none.
+	if err := validate(lanes, mode, pe.NPEs()); err != nil {
+		return nil, err
+	}
+	info := pe.Info()
+	lay, err := computeLayout(lanes, pe.NPEs(), info.CacheLine, inlineMax, info.HeapSize)
+	if err != nil {
+		return nil, err
+	}
+	words, err := shmem.Malloc[uint64](pe, lay.wordsLen)
+	if err != nil {
+		return nil, fmt.Errorf("ring: %d words per PE: %w", lay.wordsLen, err)
+	}
+	data, err := shmem.Malloc[byte](pe, lay.dataLen)
+	if err != nil {
+		if ferr := shmem.Free(words); ferr != nil {
+			return nil, fmt.Errorf("ring: %d bytes per PE: %w (and freeing the words: %v)", lay.dataLen, err, ferr)
+		}
+		return nil, fmt.Errorf("ring: %d bytes of slots per PE: %w", lay.dataLen, err)
+	}
+	r := &Ring{pe: pe, mode: mode, words: words, data: data,
+		outTo: make([]*sendLane, pe.NPEs()), inFr: make([]*recvLane, pe.NPEs()),
+		spin: !info.Oversubscribed}
+	me := pe.MyPE()
+	wl := words.Local()
+	r.bell = words.Slice(0, 1)
+	r.bellWord = &wl[0]
+	for i, l := range lanes {
+		ll := lay.lanes[i]
+		switch me {
+		case l.From:
+			s := &sendLane{lane: l, depth: uint64(l.Depth), lay: ll, data: data,
+				pub: words.Slice(ll.pubIdx, ll.pubIdx+1), bell: r.bell,
+				ack: words.Slice(ll.ackIdx, ll.ackIdx+1), ackWord: &wl[ll.ackIdx],
+				ringBell: ll.inLanes > 1, next: 1, stage: make([]byte, ll.slotSize)}
+			r.out = append(r.out, s)
+			r.outTo[l.To] = s
+		case l.To:
+			rl := &recvLane{lane: l, depth: uint64(l.Depth), lay: ll, mode: mode,
+				mem: data.Local(), pubWord: &wl[ll.pubIdx], pub: words.Slice(ll.pubIdx, ll.pubIdx+1),
+				ack: words.Slice(ll.ackIdx, ll.ackIdx+1), next: 1}
+			if mode == Raw {
+				rl.scratch = make([]byte, ll.slotSize)
+			}
+			r.in = append(r.in, rl)
+			r.inFr[l.From] = rl
+		}
+	}
+	r.useBell = len(r.in) > 1
+	return r, nil
+}
+
+// usable is nil while the ring is open.
+func (r *Ring) usable() error {
+	if r == nil {
+		return fmt.Errorf("ring: nil Ring: %w", shmem.ErrInvalid)
+	}
+	if r.closed.Load() {
+		return fmt.Errorf("ring: the ring on PE %d is closed: %w", r.pe.MyPE(), shmem.ErrFinalized)
+	}
+	return nil
+}
+
+// Send sends data as the next message on the lane from this PE to PE
+// to, and returns its sequence number. data may be reused when Send
+// returns. In Safe mode Send waits (spinning, then sleeping) while the
+// lane holds Depth unacknowledged messages; in Raw mode it never waits.
+// Over shared memory a Send that does not wait allocates nothing.
+func (r *Ring) Send(to int, data []byte) (uint64, error) {
+	if err := r.usable(); err != nil {
+		return 0, err
+	}
+	if uint(to) >= uint(len(r.outTo)) || r.outTo[to] == nil {
+		return 0, fmt.Errorf("ring: Send from PE %d to PE %d: there is no such lane: %w", r.pe.MyPE(), to, shmem.ErrInvalid)
+	}
+	return r.outTo[to].send(r, data)
+}
+
+// Poll returns every message that has arrived on this PE's lanes and was
+// not yet returned, each lane's in sequence order. It never blocks and
+// reads only this PE's memory. On corruption or a broken lane it returns
+// the messages it could deliver together with the error (like
+// io.Reader: use the messages, then look at the error). A corrupt
+// message is counted in Stats().Corrupt and skipped; it counts as
+// received for Ack.
+func (r *Ring) Poll() ([]Message, error) {
+	return r.PollAppend(nil)
+}
+
+// PollAppend is Poll appending to dst, so that a caller who reuses dst
+// polls without allocating (Safe mode).
+func (r *Ring) PollAppend(dst []Message) ([]Message, error) {
+	if err := r.usable(); err != nil {
+		return dst, err
+	}
+	r.rmu.Lock()
+	defer r.rmu.Unlock()
+	for _, l := range r.in {
+		var err error
+		if dst, err = l.poll(r, dst, int(l.depth)); err != nil {
+			return dst, err
+		}
+	}
+	return dst, nil
+}
+
+// recvOne takes the next message of the first lane, in round-robin
+// order, that has one. When there is none it returns the pub value that
+// would mean a message on the first lane (for a PE with one incoming
+// lane).
+func (r *Ring) recvOne() (Message, bool, uint64, error) {
+	var buf [1]Message
+	r.rmu.Lock()
+	defer r.rmu.Unlock()
+	for i := range r.in {
+		l := r.in[(r.rr+i)%len(r.in)]
+		got, err := l.poll(r, buf[:0], 1)
+		if len(got) == 1 {
+			r.rr = (r.rr + i + 1) % len(r.in)
+			return got[0], true, 0, err
+		}
+		if err != nil {
+			return Message{}, false, 0, err
+		}
+	}
+	return Message{}, false, r.in[0].next, nil
+}
+
+// How many times Recv loads the word it waits for before it calls
+// shmem.WaitUntil, when the host has a CPU for every PE: a message in
+// flight usually lands within these few hundred nanoseconds, and is
+// then caught without WaitUntil's setup. WaitUntil itself spins, then
+// yields, then sleeps (its timing is shmem's; a longer spin here costs
+// dearly when another program holds the other CPUs).
+const recvSpin = 512
+
+// Recv returns the next message from any of this PE's lanes, waiting for
+// one on a word the senders advance after each message (the lane's pub
+// word when the PE has one incoming lane, else the PE's doorbell): a
+// short spin, then shmem.WaitUntil (spin, yield, then futex sleep). It ends with the
+// shmem error (ErrPeerLost, ErrTimeout) when a peer is lost or the PE's
+// timeout passes with nothing arriving, and with an error on corruption
+// as Poll does.
+func (r *Ring) Recv() (Message, error) {
+	if err := r.usable(); err != nil {
+		return Message{}, err
+	}
+	if len(r.in) == 0 {
+		return Message{}, fmt.Errorf("ring: Recv on PE %d, which no lane leads to: %w", r.pe.MyPE(), shmem.ErrInvalid)
+	}
+	for {
+		// Read the doorbell before looking: a message that arrives after
+		// the look rings it past this value.
+		var bell uint64
+		if r.useBell {
+			bell = atomic.LoadUint64(r.bellWord)
+		}
+		m, ok, want, err := r.recvOne()
+		if ok || err != nil {
+			return m, err
+		}
+		// Wait until word >= want.
+		word, sym := r.in[0].pubWord, r.in[0].pub
+		if r.useBell {
+			word, sym, want = r.bellWord, r.bell, bell+1
+		}
+		if r.spin && spinFor(word, want) {
+			continue
+		}
+		if err := r.usable(); err != nil {
+			return Message{}, err
+		}
+		if err := shmem.WaitUntil(sym, 0, shmem.CmpGE, want); err != nil {
+			return Message{}, fmt.Errorf("ring: Recv on PE %d: %w", r.pe.MyPE(), err)
+		}
+	}
+}
+
+// spinFor loads *word up to recvSpin times until it is >= want, and
+// reports whether it got there. It only loads the word, so the sender's
+// store to it is the one cache-line transfer on the way.
+func spinFor(word *uint64, want uint64) bool {
+	for i := 0; i < recvSpin; i++ {
+		if atomic.LoadUint64(word) >= want {
+			return true
+		}
+	}
+	return false
+}
+
+// Ack acknowledges every message up to seq on the lane from PE from
+// (cumulative), freeing their slots for the sender, with one remote
+// atomic add that Ack does not wait for. Acknowledging a message at or below one already
+// acknowledged does nothing; acknowledging one not yet received (returned
+// by Poll or Recv, or skipped as corrupt) is an error. Raw lanes take no
+// acknowledgements.
+func (r *Ring) Ack(from int, seq uint64) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
+	if r.mode != Safe {
+		return fmt.Errorf("ring: Ack on a %v ring: only Safe lanes are acknowledged: %w", r.mode, shmem.ErrInvalid)
+	}
+	if uint(from) >= uint(len(r.inFr)) || r.inFr[from] == nil {
+		return fmt.Errorf("ring: Ack on PE %d of PE %d's messages: there is no such lane: %w", r.pe.MyPE(), from, shmem.ErrInvalid)
+	}
+	l := r.inFr[from]
+	r.rmu.Lock()
+	defer r.rmu.Unlock()
+	if seq > l.given {
+		return fmt.Errorf("ring: Ack of message %d on lane %d→%d, but only %d were received: %w",
+			seq, l.lane.From, l.lane.To, l.given, shmem.ErrInvalid)
+	}
+	if seq <= l.acked {
+		return nil
+	}
+	// Non-blocking: over TCP the add travels in order on the link
+	// without a round trip; over shared memory it is done on return.
+	if err := shmem.AtomicFetchAddNBI(&l.ackOld, l.ack, 0, seq-l.acked, from); err != nil {
+		return fmt.Errorf("ring: Ack of message %d on lane %d→%d: %w", seq, l.lane.From, l.lane.To, err)
+	}
+	l.acked = seq
+	return nil
+}
+
+// Stats returns this PE's counters.
+func (r *Ring) Stats() Stats {
+	return Stats{Lost: r.lost.Load(), Corrupt: r.corrupt.Load(), MaxLag: r.maxLag.Load(),
+		Waits: r.waits.Load(), WaitTime: time.Duration(r.waitNs.Load())}
+}
+
+// Close frees the ring's heap space on every PE (collective). It first
+// meets every PE, so messages sent before any PE entered Close were put
+// completely. Messages' Data from Safe lanes are invalid afterwards, and
+// every later call on the ring fails with ErrFinalized.
+func (r *Ring) Close() error {
+	if r == nil {
+		return fmt.Errorf("ring: Close of a nil Ring: %w", shmem.ErrInvalid)
+	}
+	if r.closed.Swap(true) {
+		return fmt.Errorf("ring: the ring on PE %d is already closed: %w", r.pe.MyPE(), shmem.ErrFinalized)
+	}
+	err := shmem.Free(r.data)
+	if werr := shmem.Free(r.words); err == nil {
+		err = werr
+	}
+	if err != nil {
+		return fmt.Errorf("ring: Close on PE %d: %w", r.pe.MyPE(), err)
+	}
+	return nil
+}
