@@ -47,7 +47,7 @@ const (
 // receives and acknowledges. Lengths run 0..200 bytes and the inline
 // limit is 64, so both the inline and the bulk path are used. Every
 // message must arrive exactly once, in order, intact.
-func flood(depth, style int) scenario {
+func flood(depth, style int) scenarioFunc {
 	return func(pe *shmem.PE) error {
 		n, me := pe.NPEs(), pe.MyPE()
 		const capacity = 200

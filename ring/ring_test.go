@@ -54,7 +54,7 @@ func sendRange(r *Ring, me, to int, lo, hi uint64) error {
 // messages; after a barrier PE 1 gets exactly the newest Depth, in
 // order, and Lost counts the rest exactly. Run once with inline and
 // once with bulk messages.
-func rawOverwrite(inlineMax int) scenario {
+func rawOverwrite(inlineMax int) scenarioFunc {
 	return func(pe *shmem.PE) error {
 		const depth = 4
 		r, err := newRing(pe, []Lane{{From: 0, To: 1, Depth: depth, Capacity: 64}}, Raw, inlineMax)
@@ -144,7 +144,7 @@ var flips = []flipCase{
 // delivered; 1 and 3 are. Every flip case, in both modes, and with
 // Recv as well as Poll. With inlineMax 16 the 40-byte messages go bulk
 // (their slots then have no payload bytes to flip).
-func corruptFlip(inlineMax int) scenario {
+func corruptFlip(inlineMax int) scenarioFunc {
 	return func(pe *shmem.PE) error {
 		me := pe.MyPE()
 		for _, mode := range []Mode{Safe, Raw} {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/internal/launch"
+	"github.com/goshmem/goshmem/internal/scenario"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -34,10 +35,10 @@ func netnsAvailable(t *testing.T) string {
 	return script
 }
 
-// netnsJob runs scenario on 4 PEs spread over g1 and g2 and returns the
+// netnsJob runs scenario name on 4 PEs spread over g1 and g2 and returns the
 // exit code and output. extra is added to every PE's environment;
 // during, if set, runs while the job does (e.g. to inject a fault).
-func netnsJob(t *testing.T, scenario string, extra []string, during func(dir string)) (int, string) {
+func netnsJob(t *testing.T, name string, extra []string, during func(dir string)) (int, string) {
 	script := netnsAvailable(t)
 	goshrun, cleanup, err := launch.Build("../cmd/goshrun")
 	if err != nil {
@@ -52,14 +53,14 @@ func netnsJob(t *testing.T, scenario string, extra []string, during func(dir str
 		t.Fatal(err)
 	}
 	args := []string{"run", "g1", goshrun, "-n", "4", "--timeout", "3m", "--tag-output", "--rendezvous", "10.77.0.1:0",
-		"--env", envScenario + "=" + scenario, "--env", "GOSHMEM_TIMEOUT=30s", "--env", "SHMEM_SYMMETRIC_SIZE=16M",
+		"--env", envScenario + "=" + name, "--env", "GOSHMEM_TIMEOUT=30s", "--env", "SHMEM_SYMMETRIC_SIZE=16M",
 		"--env", "GOSHMEM_TEST_DIR=" + dir}
 	for _, kv := range extra {
 		args = append(args, "--env", kv)
 	}
 	args = append(args, wrapper, os.Args[0], "-test.run=^$")
 	cmd := exec.CommandContext(context.Background(), script, args...)
-	var out safeBuffer
+	var out scenario.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -215,18 +215,12 @@ func (pe *PE) symAlloc(bytes, align uint64, op uint64) (*block, error) {
 	if err := pe.agree(op, bytes, align); err != nil {
 		return nil, err
 	}
-	if bytes == 0 {
-		// No memory, no meeting: a zero-length object has no offset to agree on.
-		return &block{pe: pe, off: heap.HeapBase, align: align}, nil
+	b, err := pe.symAllocNoAgree(bytes, align)
+	if err != nil || bytes == 0 {
+		// No memory, no meeting: a zero-length object has no offset to
+		// agree on, and a failed allocation fails alike on every PE.
+		return b, err
 	}
-	pe.allocMu.Lock()
-	off, err := pe.alloc.Alloc(bytes, align)
-	pe.allocMu.Unlock()
-	if err != nil {
-		return nil, fmt.Errorf("shmem: PE %d: %w (SHMEM_SYMMETRIC_SIZE is %d bytes)", pe.rank, err, pe.cfg.HeapSize)
-	}
-	clear(pe.mem[off : off+bytes])
-	b := &block{pe: pe, off: off, size: bytes, align: align}
 	if err := pe.world.sync(); err != nil {
 		return nil, err
 	}
@@ -280,8 +274,8 @@ func (pe *PE) symRealloc(old *block, bytes uint64) (*block, error) {
 	return nb, nil
 }
 
-// symAllocNoAgree allocates without the agreement step or the meeting
-// (Realloc has done both).
+// symAllocNoAgree allocates and zeroes this PE's copy, without the
+// agreement step or the meeting.
 func (pe *PE) symAllocNoAgree(bytes, align uint64) (*block, error) {
 	if bytes == 0 {
 		return &block{pe: pe, off: heap.HeapBase, align: align}, nil
