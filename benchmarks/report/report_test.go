@@ -2,7 +2,11 @@ package report
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -123,5 +127,51 @@ func TestOutputs(t *testing.T) {
 	}
 	if !strings.Contains(bench.String(), "BenchmarkPutLatency/metric=latency/transport=shm/pes=2/size=8B\t1000\t38 ns/op\t0.105263 x-limit") {
 		t.Errorf("first repetition's line is wrong:\n%s", bench.String())
+	}
+}
+
+// A figure held to a further limit: summarised like the limit, shown
+// under the figure in the table, and written to run.extra_limits as a
+// record of the same schema.
+func TestExtraLimit(t *testing.T) {
+	m := Measurement{Suite: "ring-rate", Transport: "shm", PEs: 2, Size: 64, Metric: Rate,
+		Samples: []float64{5, 6, 7}, LimitName: "putsignal", LimitSamples: []float64{3, 3, 4}, Iters: 100,
+		Extra: []ExtraMeasurement{{Name: "copy", Samples: []float64{60, 50, 70}, Iters: 1000}}}
+	f, err := Summarise(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Ratio != 2 || len(f.Extra) != 1 {
+		t.Fatalf("Summarise = %+v", f)
+	}
+	e := f.Extra[0]
+	if e.LimitName != "copy" || e.Limit != 60 || e.Ratio != 0.1 || e.Value != 6 || e.Min != 5 || e.Max != 7 || e.Key() != f.Key() {
+		t.Errorf("extra limit %+v", e)
+	}
+	var tab bytes.Buffer
+	if err := WriteTable(&tab, Run{Reps: 3}, []Figure{f}); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`ring-rate .* putsignal .* 2\.000 .*\n +and +copy +60\.0 Mops/s +0\.100`).MatchString(tab.String()) {
+		t.Errorf("table:\n%s", tab.String())
+	}
+	path := filepath.Join(t.TempDir(), "out.json")
+	if err := WriteJSON(path, Run{}, []Figure{f}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file File
+	if err := json.Unmarshal(b, &file); err != nil {
+		t.Fatal(err)
+	}
+	if len(file.Records) != 1 || len(file.Run.ExtraLimits) != 1 || file.Run.ExtraLimits[0] != e {
+		t.Errorf("JSON: records %+v, extra limits %+v", file.Records, file.Run.ExtraLimits)
+	}
+	m.Extra[0].Samples = nil
+	if _, err := Summarise(m); err == nil {
+		t.Error("an extra limit without repetitions was accepted")
 	}
 }

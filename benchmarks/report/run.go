@@ -23,6 +23,18 @@ type Measurement struct {
 	LimitName    string    `json:"limit_name,omitempty"`
 	LimitSamples []float64 `json:"limit_samples,omitempty"`
 	LimitIters   int       `json:"limit_iters,omitempty"`
+	// Extra are further limits the figure is held to, measured in
+	// alternation with it and its limit like the limit itself (a ring
+	// figure's machine limit, beside its put+signal baseline).
+	Extra []ExtraMeasurement `json:"extra,omitempty"`
+}
+
+// ExtraMeasurement is the raw repetitions of one further limit of a
+// figure.
+type ExtraMeasurement struct {
+	Name    string    `json:"name"`
+	Samples []float64 `json:"samples"`
+	Iters   int       `json:"iters"`
 }
 
 // JobResult is everything one job hands back: written by PE 0 as
@@ -86,6 +98,13 @@ type Run struct {
 	Jobs       []Job         `json:"jobs"`
 	Limits     []LimitFigure `json:"limits"`
 	Skipped    []Skip        `json:"skipped"`
+	// ExtraLimits holds the figures that are held to more than one
+	// limit, once per further limit: records of the same schema as
+	// "records" (same suite, transport, pes, size, metric, value, min and
+	// max as the figure's record), with that limit and the ratio to it.
+	// The ring figures are held to a plain put+signal in their records
+	// and to the machine's limit here.
+	ExtraLimits []Record `json:"extra_limits"`
 }
 
 // LimitFigure is one of the run's reference limits (copy() bandwidth,
@@ -111,6 +130,7 @@ type Figure struct {
 	LimitSamples []float64
 	Iters        int
 	Outliers     []float64 // repetitions far from the median (kept in the median, min and max)
+	Extra        []Record  // the figure held to its further limits (Run.ExtraLimits)
 }
 
 // File is the -json output: the run's description and one record per
@@ -123,8 +143,10 @@ type File struct {
 // WriteJSON writes the -json file.
 func WriteJSON(path string, run Run, figs []Figure) error {
 	f := File{Run: run, Records: make([]Record, 0, len(figs))}
+	f.Run.ExtraLimits = []Record{}
 	for _, g := range figs {
 		f.Records = append(f.Records, g.Record)
+		f.Run.ExtraLimits = append(f.Run.ExtraLimits, g.Extra...)
 	}
 	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {

@@ -68,7 +68,20 @@ func Summarise(m Measurement) (Figure, error) {
 	if err := r.Validate(); err != nil {
 		return Figure{}, err
 	}
-	return Figure{Record: r, Samples: m.Samples, LimitSamples: m.LimitSamples, Iters: m.Iters, Outliers: st.Outliers}, nil
+	f := Figure{Record: r, Samples: m.Samples, LimitSamples: m.LimitSamples, Iters: m.Iters, Outliers: st.Outliers}
+	for _, x := range m.Extra {
+		if len(x.Samples) == 0 || x.Name == "" {
+			return Figure{}, fmt.Errorf("report: %s/%s/%d B: further limit %q has no repetitions", m.Suite, m.Metric, m.Size, x.Name)
+		}
+		e := r
+		e.LimitName, e.Limit = x.Name, Summarize(x.Samples).Median
+		e.Ratio = m.Metric.Ratio(e.Value, e.Limit)
+		if err := e.Validate(); err != nil {
+			return Figure{}, err
+		}
+		f.Extra = append(f.Extra, e)
+	}
+	return f, nil
 }
 
 // SummariseLimit turns a reference-limit measurement into a LimitFigure.

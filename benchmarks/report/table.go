@@ -99,7 +99,8 @@ func WriteTable(w io.Writer, run Run, figs []Figure) error {
 	}
 	if len(figs) > 0 {
 		fmt.Fprintf(&b, "\nFigures (median of %d repetitions, min-max; limit measured alternately in the same job;\n", run.Reps)
-		b.WriteString("ratio = value/limit for bandwidth and rate, limit/value for latency: 1 is at the limit, higher is better)\n")
+		b.WriteString("ratio = value/limit for bandwidth and rate, limit/value for latency: 1 is at the limit, higher is better;\n")
+		b.WriteString("an \"and\" line holds the figure above it to a further limit)\n")
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "suite\ttransport\tPEs\tsize\tmetric\tmedian\tmin-max\tlimit\t\tratio\toutliers\t")
 		for _, f := range figs {
@@ -118,6 +119,10 @@ func WriteTable(w io.Writer, run Run, figs []Figure) error {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s-%s\t%s\t%s\t%.3f\t%s\t\n", f.Suite, f.Transport, f.PEs, size, f.Metric,
 				ValueString(f.Metric, f.Value), bare(f.Metric, f.Value, f.Min), bare(f.Metric, f.Value, f.Max),
 				f.LimitName, ValueString(f.Metric, f.Limit), f.Ratio, out)
+			// Further limits of the same figure, one line each under it.
+			for _, e := range f.Extra {
+				fmt.Fprintf(tw, "  and\t\t\t\t\t\t\t%s\t%s\t%.3f\t\t\n", e.LimitName, ValueString(e.Metric, e.Limit), e.Ratio)
+			}
 		}
 		tw.Flush()
 	}

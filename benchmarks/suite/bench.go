@@ -127,6 +127,10 @@ type figure struct {
 	// over PEs, time the longest PE's. Otherwise it is PE 0's sample.
 	agg   bool
 	limit limit
+	// extra are further limits, measured like limit (calibrated, then in
+	// alternation: figure, limit, extra..., figure, ...) and reported
+	// beside the figure's record (report.Run.ExtraLimits).
+	extra []limit
 }
 
 // sync is a barrier of all PEs.
@@ -249,6 +253,13 @@ func (b *B) figure(f figure) error {
 	}
 	m := report.Measurement{Suite: f.suite, Transport: b.cfg.Transport, PEs: b.npes, Size: f.size, Metric: f.metric,
 		Iters: n, LimitName: f.limit.name, LimitIters: nl}
+	for _, x := range f.extra {
+		nx, err := b.calibrate(x.run, x.agg)
+		if err != nil {
+			return err
+		}
+		m.Extra = append(m.Extra, report.ExtraMeasurement{Name: x.name, Iters: nx})
+	}
 	for range b.cfg.Reps {
 		s, err := b.rep(f.run, n, f.agg)
 		if err != nil {
@@ -260,6 +271,13 @@ func (b *B) figure(f figure) error {
 		}
 		m.Samples = append(m.Samples, s.value(f.metric))
 		m.LimitSamples = append(m.LimitSamples, l.value(f.metric))
+		for i, x := range f.extra {
+			e, err := b.rep(x.run, m.Extra[i].Iters, x.agg)
+			if err != nil {
+				return err
+			}
+			m.Extra[i].Samples = append(m.Extra[i].Samples, e.value(f.metric))
+		}
 	}
 	if b.rank == 0 {
 		b.figures = append(b.figures, m)

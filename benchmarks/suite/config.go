@@ -24,6 +24,10 @@ type Config struct {
 	Transport string   `json:"transport"`
 	Suites    []string `json:"suites"` // registry names, in order; each applies to the job's PE count
 	Sizes     []int    `json:"sizes"`  // bytes, for sized suites
+	// SizesGiven: Sizes was chosen on the command line (-sizes, or
+	// -quick's), and applies to every sized suite; otherwise a suite with
+	// DefaultSizes runs at those.
+	SizesGiven bool `json:"sizes_given"`
 	// Iters is the number of iterations per repetition; 0 calibrates it
 	// so that a repetition lasts about RepTime.
 	Iters int `json:"iters"`
@@ -49,6 +53,14 @@ const (
 	maxAutoIters   = 1 << 24
 )
 
+// SizesFor is the sizes suite s runs at in this job.
+func (c Config) SizesFor(s *Suite) []int {
+	if !c.SizesGiven && s.DefaultSizes != nil {
+		return s.DefaultSizes
+	}
+	return c.Sizes
+}
+
 // MaxSize is the largest size of the job, and at least 1 MiB (the
 // reference copy-into-the-mapping limit uses 1 MiB).
 func (c Config) MaxSize() int {
@@ -56,13 +68,28 @@ func (c Config) MaxSize() int {
 	for _, s := range c.Sizes {
 		m = max(m, s)
 	}
+	for _, name := range c.Suites {
+		if s := Lookup(name); s != nil && s.Sized {
+			for _, size := range c.SizesFor(s) {
+				m = max(m, size)
+			}
+		}
+	}
 	return m
 }
 
 // HeapBytes is the symmetric heap a job of npes PEs needs: the payload
-// buffer, the rate slots and the small objects, rounded up to MiB.
+// buffer, the rate slots and the small objects, plus, when a ring suite
+// runs, one figure's lanes and baseline buffer (ringHeapBytes), rounded
+// up to MiB.
 func (c Config) HeapBytes(npes int) int {
 	n := c.MaxSize() + npes*slotBytes + 1<<20
+	for _, name := range c.Suites {
+		if s := Lookup(name); s != nil && s.Group == "ring" {
+			n += ringHeapBytes(c.SizesFor(s))
+			break
+		}
+	}
 	return (n + 1<<20 - 1) &^ (1<<20 - 1)
 }
 

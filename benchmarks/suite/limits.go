@@ -26,15 +26,18 @@ const (
 	limTCPFloor   = "tcp-floor"         // ceil(log2 P) one-way TCP transfers (half a tcp-rtt each)
 	limTCPStream  = "tcp-stream"        // one-directional TCP stream of 1 MiB writes, PE 0 to PE 1
 	limTCPFrames  = "tcp-stream-frames" // tcp-stream in frames of a rate figure's operation per second
+	limCopyFloor  = "copy-floor"        // one-way hand-over of a payload through the shared mappings (half a round trip)
 	tcpStreamSize = 1 << 20
 )
 
 // Wire sizes of the operations of the TCP rate figures, from netmesh's
-// own encoder (docs/wire.md; type codes 0x01 PUT, 0x04 ATOMIC): what one
-// 8-byte Put and one 64-bit atomic request put on the stream.
+// own encoder (docs/wire.md; type codes 0x01 PUT, 0x04 ATOMIC, 0x06
+// PUT_SIGNAL): what one 8-byte Put and one 64-bit atomic request put on
+// the stream, and the header of a PutSignal (its payload follows).
 var (
-	putFrameBytes    = len(netmesh.AppendFrame(nil, &netmesh.Frame{Type: 0x01, Payload: make([]byte, 8)}))
-	atomicFrameBytes = len(netmesh.AppendFrame(nil, &netmesh.Frame{Type: 0x04, Op: byte(heap.OpFetchAdd), Width: 8}))
+	putFrameBytes       = len(netmesh.AppendFrame(nil, &netmesh.Frame{Type: 0x01, Payload: make([]byte, 8)}))
+	atomicFrameBytes    = len(netmesh.AppendFrame(nil, &netmesh.Frame{Type: 0x04, Op: byte(heap.OpFetchAdd), Width: 8}))
+	putSignalHeaderSize = len(netmesh.AppendFrame(nil, &netmesh.Frame{Type: 0x06, Op: 1}))
 )
 
 // copyLimit is copy() of size bytes between two Go slices, n times, on
@@ -129,6 +132,56 @@ func (b *B) cachelineRTT(name string, oneWays float64) limit {
 		}
 		return timed(start, n, 0), nil
 	}}, oneWays)
+}
+
+// copyFloor is the least time a message of size bytes takes from PE 0
+// to PE 1 on this machine with plain Go: a round trip in which each side
+// copy()s size bytes into the partner's segment (mapped here through
+// shmem.Ptr), stores a sequence number into the partner's flag word with
+// sync/atomic, and the partner, spinning on its own flag, copy()s the
+// payload out into a Go buffer (as the ring and put+signal receivers do);
+// scaled to one way (half a round trip). At 8 bytes it is about the
+// one-way cache-line transfer (cacheline-floor); at large sizes about two
+// copies. Same-host only, like cachelineRTT.
+func (b *B) copyFloor(size int) limit {
+	return oneWay(limit{name: limCopyFloor, run: func(n int) (sample, error) {
+		if b.rank > 1 {
+			return sample{}, nil
+		}
+		peerWords, err := b.mapped(b.words, 1-b.rank, limCopyFloor)
+		if err != nil {
+			return sample{}, err
+		}
+		peerBuf := shmem.Ptr(b.buf, 1-b.rank)
+		if len(peerBuf) < size {
+			return sample{}, fmt.Errorf("goshbench: limit %s needs PE %d's heap mapped here, and it is not; "+
+				"same-host limits apply to shm jobs only", limCopyFloor, 1-b.rank)
+		}
+		mine, theirs := &b.words.Local()[wRaw], &peerWords[wRaw]
+		in, out := b.buf.Local()[:size], peerBuf[:size]
+		src, dst := b.src[:size], b.dst[:size]
+		base := b.rawSeq
+		b.rawSeq += uint64(n)
+		start := time.Now()
+		for i := base + 1; i <= base+uint64(n); i++ {
+			if b.rank == 0 {
+				copy(out, src)
+				atomic.StoreUint64(theirs, i)
+				if err := spinUntil(mine, i, b.cfg.Timeout); err != nil {
+					return sample{}, err
+				}
+				copy(dst, in)
+			} else {
+				if err := spinUntil(mine, i, b.cfg.Timeout); err != nil {
+					return sample{}, err
+				}
+				copy(dst, in)
+				copy(out, dst)
+				atomic.StoreUint64(theirs, i)
+			}
+		}
+		return timed(start, n, 2*n*size), nil
+	}}, 1)
 }
 
 // rawAtomic is op applied with sync/atomic to the same word of PE 1's
@@ -260,6 +313,29 @@ func oneWay(l limit, oneWays float64) limit {
 		return s, err
 	}
 	return l
+}
+
+// messageLimit is the machine's limit for a message of size bytes from
+// one PE to another (the ring figures' extra limit; their limit proper
+// is a plain put+signal measured in the same job). Latency, one way:
+// over shared memory copyFloor; over TCP half a raw round trip carrying
+// size bytes each way (tcp-floor). Rate: over shared memory copy() of
+// size bytes per message (all: on every PE at once, combined like an
+// aggregate figure); over TCP the raw stream counted in PUT_SIGNAL frames
+// of size bytes (one stream, as for put-rate-all).
+func (b *B) messageLimit(size int, m report.Metric, all bool) limit {
+	if m == report.Latency {
+		if !b.remote() {
+			return b.copyFloor(size)
+		}
+		l := oneWay(b.tcpRTT(size, size), 1)
+		l.name = limTCPFloor
+		return l
+	}
+	if b.remote() {
+		return b.tcpFrames(putSignalHeaderSize + size)
+	}
+	return b.copyLimit(size, all)
 }
 
 // atomicLimit is the limit of a remote atomic. Over shared memory, the

@@ -35,6 +35,9 @@ func TestLimitPerTransport(t *testing.T) {
 		{"barrier", func(b *B) limit { return b.syncLimit(limBarrier, 2) }, limBarrier, limTCPFloor},
 		{"barrier, 2 PEs", func(b *B) limit { return b.syncLimit(limBarrier, 1) }, limBarrier, limTCPFloor},
 		{"ping-pong", func(b *B) limit { return b.syncLimit(limCacheline, 2) }, limCacheline, limTCPRTT},
+		{"ring latency", func(b *B) limit { return b.messageLimit(4096, report.Latency, false) }, limCopyFloor, limTCPFloor},
+		{"ring rate", func(b *B) limit { return b.messageLimit(64, report.Rate, false) }, limCopy, limTCPFrames},
+		{"ring rate, all PEs", func(b *B) limit { return b.messageLimit(256<<10, report.Rate, true) }, limCopy, limTCPFrames},
 	} {
 		if got := c.build(offline(TransportSHM, 2)).name; got != c.shm {
 			t.Errorf("%s over shm: limit %s, want %s", c.what, got, c.shm)
@@ -56,7 +59,7 @@ func TestLimitPerTransport(t *testing.T) {
 func TestSameHostLimitWithoutMapping(t *testing.T) {
 	b := offline(TransportTCP, 2)
 	b.words = shmem.Sym[uint64]{} // an invalid handle: shmem.Ptr is nil
-	for _, l := range []limit{b.cachelineRTT(limCacheline, 2), b.rawAtomic("fetch-add")} {
+	for _, l := range []limit{b.cachelineRTT(limCacheline, 2), b.rawAtomic("fetch-add"), b.copyFloor(64)} {
 		_, err := l.run(1)
 		if err == nil || !strings.Contains(err.Error(), "same-host limits apply to shm jobs only") {
 			t.Errorf("%s without the peer's heap: %v", l.name, err)
@@ -92,6 +95,11 @@ func TestFrameBytes(t *testing.T) {
 	if putFrameBytes != 14+8 || atomicFrameBytes != 32 {
 		t.Errorf("PUT of 8 bytes: %d bytes on the wire, ATOMIC: %d; docs/performance.md says 22 and 32",
 			putFrameBytes, atomicFrameBytes)
+	}
+	// A PUT_SIGNAL's header, to which a ring message's payload adds.
+	ps := netmesh.AppendFrame(nil, &netmesh.Frame{Type: 0x06, Op: 1, Payload: make([]byte, 64)})
+	if len(ps) != putSignalHeaderSize+64 || putSignalHeaderSize != 32 {
+		t.Errorf("PUT_SIGNAL of 64 bytes: %d bytes on the wire, header %d; docs/performance.md says 32 + 64", len(ps), putSignalHeaderSize)
 	}
 	buf := netmesh.AppendFrame(nil, &netmesh.Frame{Type: 0x01, Payload: make([]byte, 8)})
 	f, n, err := netmesh.ParseFrame(buf)

@@ -80,7 +80,7 @@ func runPE() error {
 		if b.rank == 0 {
 			what := ""
 			if s.Sized {
-				what = fmt.Sprintf(" (%d sizes)", len(cfg.Sizes))
+				what = fmt.Sprintf(" (%d sizes)", len(cfg.SizesFor(s)))
 			}
 			fmt.Fprintf(b.progress, "goshbench: %s, %d PEs: %5.1fs [%d/%d] %s%s\n",
 				cfg.Transport, b.npes, time.Since(start).Seconds(), i+1, len(todo), s.Name, what)
@@ -91,7 +91,7 @@ func runPE() error {
 			}
 			continue
 		}
-		for _, size := range cfg.Sizes {
+		for _, size := range cfg.SizesFor(s) {
 			if err := s.Run(b, size); err != nil {
 				return fmt.Errorf("suite %s at %d bytes: %w", s.Name, size, err)
 			}

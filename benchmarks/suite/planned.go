@@ -6,10 +6,7 @@ package suite
 // own, and the driver, the table, the JSON and the plots need nothing
 // more.
 func init() {
-	const (
-		collective = "not available until package collective lands"
-		ring       = "not available until package ring lands"
-	)
+	const collective = "not available until package collective lands"
 	for _, s := range []*Suite{
 		{Name: "broadcast", Group: "collectives", Sized: true, Missing: collective,
 			Doc: "osu_oshm_broadcast: root 0 broadcasts size bytes to all PEs; latency per call"},
@@ -21,10 +18,6 @@ func init() {
 			Doc: "osu_oshm_fcollect: every PE contributes size bytes; latency per call"},
 		{Name: "alltoall", Group: "collectives", Sized: true, Missing: collective,
 			Doc: "osu_oshm_alltoall: size bytes from every PE to every PE; latency per call"},
-		{Name: "ring-latency", Group: "ring", Sized: true, Pair: true, Missing: ring,
-			Doc: "one ring lane PE 0 to PE 1: send and acknowledged receive of a size-byte message; latency"},
-		{Name: "ring-rate", Group: "ring", Sized: true, Pair: true, Missing: ring,
-			Doc: "one ring lane PE 0 to PE 1: messages of size bytes per second, sender never blocked by the receiver's code"},
 	} {
 		s.Default = true
 		Register(s)

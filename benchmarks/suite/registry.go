@@ -28,6 +28,10 @@ type Suite struct {
 	Group string // rma, atomics, sync, collectives, ring, limits
 	Doc   string // the definition in one line (and the OSU benchmark it mirrors)
 	Sized bool   // runs once per -sizes entry; otherwise once, at its own size
+	// DefaultSizes, for a Sized suite, are the sizes it runs at when the
+	// command line chose none (no -sizes, no -quick); nil: the job's
+	// default sizes.
+	DefaultSizes []int
 	// Pair marks the OSU pairwise benchmarks (PE 0 against PE 1): they
 	// run in 2-PE jobs only. Other suites run at every PE count.
 	Pair bool

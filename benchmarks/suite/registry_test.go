@@ -2,6 +2,7 @@ package suite
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/goshmem/goshmem/benchmarks/report"
@@ -23,6 +24,7 @@ func TestSelect(t *testing.T) {
 		"atomics,fetch-add":     {"fetch-add", "add", "inc", "fetch-inc", "compare-swap", "swap", "fetch"},
 		"limits, put-rate , ,":  {"limits", "put-rate"},
 		"collectives":           {"broadcast", "reduce", "allreduce", "fcollect", "alltoall"},
+		"ring":                  {"ring-latency", "ring-rate", "ring-rate-all"},
 	} {
 		got, err := Select(spec)
 		if err != nil || len(got) != len(want) {
@@ -59,11 +61,13 @@ func TestSelect(t *testing.T) {
 
 func TestRunsAt(t *testing.T) {
 	pair, every, missing := Lookup("put-latency"), Lookup("barrier"), Lookup("broadcast")
+	ringLat, ringAll := Lookup("ring-latency"), Lookup("ring-rate-all")
 	for _, c := range []struct {
 		s    *Suite
 		npes int
 		want bool
-	}{{pair, 2, true}, {pair, 4, false}, {every, 2, true}, {every, 4, true}, {every, 1, false}, {missing, 2, false}} {
+	}{{pair, 2, true}, {pair, 4, false}, {every, 2, true}, {every, 4, true}, {every, 1, false}, {missing, 2, false},
+		{ringLat, 2, true}, {ringLat, 4, false}, {ringAll, 4, true}} {
 		if got := c.s.RunsAt(c.npes); got != c.want {
 			t.Errorf("%s.RunsAt(%d) = %v, want %v", c.s.Name, c.npes, got, c.want)
 		}
@@ -91,6 +95,32 @@ func TestConfig(t *testing.T) {
 	}
 	if c.MaxSize() != 4<<20 || c.HeapBytes(4)%(1<<20) != 0 || c.HeapBytes(4) < 4<<20+4*slotBytes {
 		t.Errorf("MaxSize %d, HeapBytes %d", c.MaxSize(), c.HeapBytes(4))
+	}
+	// A ring suite adds one figure's lanes and baseline buffer: at its
+	// own largest size, 256 KiB, 8 bulk areas and the buffer; at 4 MiB
+	// (-sizes), 4 bulk areas and the buffer.
+	plain := c.HeapBytes(2)
+	c.Suites = []string{"barrier", "ring-rate"}
+	if got := c.HeapBytes(2); got < plain+9*(256<<10) || got%(1<<20) != 0 {
+		t.Errorf("HeapBytes with a ring suite %d, without %d", got, plain)
+	}
+	c.SizesGiven = true
+	if got := c.HeapBytes(2); got < plain+5*(4<<20) || got%(1<<20) != 0 {
+		t.Errorf("HeapBytes with a ring suite at -sizes 8,4M: %d, without %d", got, plain)
+	}
+	c.SizesGiven = false
+	// The ring suites run at their own sizes unless the command line
+	// chose sizes; other suites always at the job's.
+	rr, pl := Lookup("ring-rate"), Lookup("put-latency")
+	if got := c.SizesFor(rr); !slices.Equal(got, ringSizes) {
+		t.Errorf("ring-rate without -sizes: %v, want %v", got, ringSizes)
+	}
+	if got := c.SizesFor(pl); !slices.Equal(got, c.Sizes) {
+		t.Errorf("put-latency: %v, want %v", got, c.Sizes)
+	}
+	c.SizesGiven = true
+	if got := c.SizesFor(rr); !slices.Equal(got, c.Sizes) {
+		t.Errorf("ring-rate with -sizes: %v, want %v", got, c.Sizes)
 	}
 	c.Suites = []string{"nope"}
 	if c.Validate() == nil {

@@ -57,6 +57,13 @@ func listSuites(w io.Writer) {
 		}
 		if s.Sized {
 			sized = "-sizes"
+			if s.DefaultSizes != nil {
+				var ds []string
+				for _, n := range s.DefaultSizes {
+					ds = append(ds, report.SizeString(n))
+				}
+				sized = "-sizes, else " + strings.Join(ds, ",")
+			}
 		}
 		if s.Missing != "" {
 			status = s.Missing
@@ -113,7 +120,7 @@ func runAll(o *options, args []string, stdout, stderr io.Writer) error {
 			if len(names) == 0 {
 				continue
 			}
-			cfg := suite.Config{Transport: t.name, Suites: names, Sizes: o.sizes, Iters: o.iters, Warmup: o.warmup,
+			cfg := suite.Config{Transport: t.name, Suites: names, Sizes: o.sizes, SizesGiven: o.sizesGiven, Iters: o.iters, Warmup: o.warmup,
 				Reps: o.reps, RepTime: o.repTime, Window: o.window, Bind: o.bind, Timeout: 2 * time.Minute}
 			if err := cfg.Validate(); err != nil {
 				return err

@@ -20,6 +20,7 @@ type options struct {
 	suitesFlag  string
 	pes         []int
 	sizes       []int
+	sizesGiven  bool // -sizes or -quick: the sizes apply to every sized suite, overriding its own defaults
 	iters       int
 	warmup      int
 	reps        int
@@ -55,7 +56,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	fs.StringVar(&o.suitesFlag, "suites", "default", "suites or groups to run, comma-separated (`names`; -list shows them; \"all\", \"default\")")
 	pes := fs.String("pes", "2,4", "PE counts, one job each (`list`); pairwise suites run in the 2-PE job only")
-	sizes := fs.String("sizes", defaultSizes, "message sizes (`list`): 8,4K,1M or a power-of-two range 1-4M")
+	sizes := fs.String("sizes", defaultSizes, "message sizes (`list`): 8,4K,1M or a power-of-two range 1-4M; "+
+		"the ring suites run at 8,64,512,4K,32K,256K unless -sizes or -quick is given")
 	fs.IntVar(&o.iters, "iters", 0, "iterations per repetition (`n`; 0: calibrated to -rep-time)")
 	fs.IntVar(&o.warmup, "warmup", 0, "untimed warm-up iterations per figure (`n`; 0: about -rep-time/4)")
 	fs.IntVar(&o.reps, "reps", suite.DefaultReps, "repetitions per figure and per limit (`n`)")
@@ -77,6 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.sizesGiven = set["sizes"] || o.quick
 	if o.quick {
 		if !set["sizes"] {
 			*sizes = quickSizes

@@ -165,6 +165,12 @@ func TestQuickRun(t *testing.T) {
 		for _, op := range []string{"fetch-add", "add", "inc", "fetch-inc", "compare-swap", "swap", "fetch"} {
 			want = append(want, op+"|"+tr+"|2|8|latency", op+"|"+tr+"|2|8|rate")
 		}
+		// The ring suites, at every -quick size (inline, bulk and a
+		// message far above the inline limit).
+		for _, size := range []int{8, 4096, 1 << 20} {
+			want = append(want, fmt.Sprintf("ring-latency|%s|2|%d|latency", tr, size), fmt.Sprintf("ring-rate|%s|2|%d|rate", tr, size),
+				fmt.Sprintf("ring-rate-all|%s|2|%d|rate", tr, size), fmt.Sprintf("ring-rate-all|%s|4|%d|rate", tr, size))
+		}
 	}
 	for _, k := range want {
 		if !seen[k] {
@@ -179,12 +185,66 @@ func TestQuickRun(t *testing.T) {
 	for _, r := range typed.Records {
 		isTCP := strings.HasPrefix(r.LimitName, "tcp-")
 		switch {
+		case strings.HasPrefix(r.Suite, "ring-"):
+			// Held to the plain put+signal of the same run; the machine's
+			// limit is an extra limit (checked below).
+			if r.LimitName != "putsignal" {
+				t.Errorf("record %s: a ring figure held to %s, want putsignal", r.Key(), r.LimitName)
+			}
 		case r.Transport == "shm" && isTCP:
 			t.Errorf("record %s: a shm figure held to %s", r.Key(), r.LimitName)
 		case r.Transport == "tcp" && !slices.Contains(tcpLimits[r.Metric], r.LimitName):
 			t.Errorf("record %s: a tcp %s held to %s, want one of %v", r.Key(), r.Metric, r.LimitName, tcpLimits[r.Metric])
 		}
 	}
+	// Extra limits: records of the same schema in run.extra_limits, each
+	// the figure of a record (same key, value, min and max) held to a
+	// further limit. Every ring figure has exactly one: the machine's
+	// limit for a message of its size over its transport.
+	rawExtra, _ := file.Run["extra_limits"].([]any)
+	if len(rawExtra) != len(typed.Run.ExtraLimits) {
+		t.Fatalf("run.extra_limits: %d generic, %d typed", len(rawExtra), len(typed.Run.ExtraLimits))
+	}
+	for i, x := range rawExtra {
+		rec, ok := x.(map[string]any)
+		if !ok {
+			t.Errorf("run.extra_limits[%d] = %#v: want a record", i, x)
+			continue
+		}
+		if err := checkRecord(rec); err != nil {
+			t.Errorf("run.extra_limits[%d] %v: %v", i, rec, err)
+		}
+	}
+	byKey := map[string]report.Record{}
+	for _, r := range typed.Records {
+		byKey[r.Key()] = r
+	}
+	extraLimits := map[string][]string{
+		"shm latency": {"copy-floor"}, "shm rate": {"copy"},
+		"tcp latency": {"tcp-floor"}, "tcp rate": {"tcp-stream-frames"},
+	}
+	extras := map[string]int{}
+	for _, e := range typed.Run.ExtraLimits {
+		extras[e.Key()]++
+		r, ok := byKey[e.Key()]
+		switch {
+		case !ok:
+			t.Errorf("extra limit %s (%s) of no record", e.Key(), e.LimitName)
+		case e.Value != r.Value || e.Min != r.Min || e.Max != r.Max || e.LimitName == r.LimitName:
+			t.Errorf("extra limit %+v does not describe record %+v under another limit", e, r)
+		case !slices.Contains(extraLimits[string(e.Transport)+" "+string(e.Metric)], e.LimitName):
+			t.Errorf("extra limit of %s: %s, want one of %v", e.Key(), e.LimitName, extraLimits[e.Transport+" "+string(e.Metric)])
+		}
+	}
+	for _, r := range typed.Records {
+		if n := extras[r.Key()]; n != map[bool]int{true: 1}[strings.HasPrefix(r.Suite, "ring-")] {
+			t.Errorf("record %s has %d extra limits", r.Key(), n)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^ring-latency +shm +2 +8B +latency .* putsignal .*\n +and +copy-floor `).MatchString(stderr.String()) {
+		t.Errorf("the table does not show ring-latency at 8 B held to putsignal, then to copy-floor:\n%s", stderr.String())
+	}
+
 	// The same-host limits are not measured in tcp jobs, and the run says so.
 	for _, npes := range []int{2, 4} {
 		for _, name := range []string{"copy-to-mapping", "cacheline-rtt"} {
@@ -279,7 +339,7 @@ func TestQuickRun(t *testing.T) {
 
 	// Plots: one per sized latency and bandwidth suite, well-formed.
 	for _, name := range []string{"put-latency-latency", "get-latency-latency", "put-bw-bandwidth",
-		"put-nbi-bw-bandwidth", "get-bw-bandwidth", "get-nbi-bw-bandwidth"} {
+		"put-nbi-bw-bandwidth", "get-bw-bandwidth", "get-nbi-bw-bandwidth", "ring-latency-latency"} {
 		if _, err := os.Stat(filepath.Join(svgDir, name+".svg")); err != nil {
 			t.Errorf("no plot %s.svg: %v", name, err)
 		}
@@ -309,8 +369,8 @@ func TestQuickRun(t *testing.T) {
 // job starts.
 func TestNothingToMeasure(t *testing.T) {
 	for _, args := range [][]string{
-		{"-transport", "tcp", "-suites", "ring", "-quick"},
-		{"-pes", "4", "-suites", "put-latency", "-quick"},
+		{"-transport", "tcp", "-suites", "collectives", "-quick"},
+		{"-pes", "4", "-suites", "put-latency,ring-latency,ring-rate", "-quick"},
 		{"-suites", "broadcast", "-quick"},
 	} {
 		var stdout, stderr bytes.Buffer
