@@ -3,6 +3,8 @@ package shmem_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,5 +182,153 @@ func TestNetnsPartition(t *testing.T) {
 	}
 	if !strings.Contains(out, "peer lost") && !strings.Contains(out, "timeout") {
 		t.Fatalf("the job did not say a peer was lost or a wait timed out:\n%s", out)
+	}
+}
+
+// Latency across the namespaces, next to a raw Go TCP 8-byte ping-pong
+// between the same two processes over the same path, measured in the
+// same job. It reports (t.Log via the job's output), asserting nothing
+// about time: numbers belong to benchmarks, and this one needs the
+// namespaces that only .ci/run makes.
+var _ = register("netns-latency", func(pe *shmem.PE) error {
+	const k = 2000
+	me := pe.MyPE()
+	port, err := shmem.Malloc[int64](pe, 1)
+	if err != nil {
+		return err
+	}
+	buf, err := shmem.Malloc[byte](pe, 4<<20)
+	if err != nil {
+		return err
+	}
+	ctr, err := shmem.Malloc[int64](pe, 1)
+	if err != nil {
+		return err
+	}
+	var ln net.Listener
+	if me == 2 {
+		if ln, err = net.Listen("tcp", "10.77.0.2:0"); err != nil {
+			return err
+		}
+		defer ln.Close()
+		port.Local()[0] = int64(ln.Addr().(*net.TCPAddr).Port)
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	switch me {
+	case 2: // the raw ping-pong's echo side
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.(*net.TCPConn).SetNoDelay(true)
+		var b [8]byte
+		for i := 0; i < k; i++ {
+			if _, err := io.ReadFull(c, b[:]); err != nil {
+				return err
+			}
+			if _, err := c.Write(b[:]); err != nil {
+				return err
+			}
+		}
+		// The raw stream: read until the writer closes.
+		s, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if _, err := io.Copy(io.Discard, s); err != nil {
+			return err
+		}
+	case 0:
+		p, err := shmem.G(port, 0, 2)
+		if err != nil {
+			return err
+		}
+		c, err := net.Dial("tcp", fmt.Sprintf("10.77.0.2:%d", p))
+		if err != nil {
+			return err
+		}
+		c.(*net.TCPConn).SetNoDelay(true)
+		var b [8]byte
+		start := time.Now()
+		for i := 0; i < k; i++ {
+			if _, err := c.Write(b[:]); err != nil {
+				return err
+			}
+			if _, err := io.ReadFull(c, b[:]); err != nil {
+				return err
+			}
+		}
+		raw := time.Since(start) / k
+		c.Close()
+		sc, err := net.Dial("tcp", fmt.Sprintf("10.77.0.2:%d", p))
+		if err != nil {
+			return err
+		}
+		chunk := make([]byte, 1<<20)
+		start = time.Now()
+		for i := 0; i < 80; i++ {
+			if _, err := sc.Write(chunk); err != nil {
+				return err
+			}
+		}
+		sc.(*net.TCPConn).CloseWrite()
+		streamBW := float64(80<<20) / time.Since(start).Seconds() / 1e9
+		sc.Close()
+		one := make([]byte, 8)
+		start = time.Now()
+		for i := 0; i < k; i++ {
+			if err := shmem.Get(one, buf.Slice(0, 8), 2); err != nil {
+				return err
+			}
+		}
+		get := time.Since(start) / k
+		start = time.Now()
+		for i := 0; i < k; i++ {
+			if _, err := shmem.AtomicFetchAdd(ctr, 0, 1, 2); err != nil {
+				return err
+			}
+		}
+		fadd := time.Since(start) / k
+		big := make([]byte, 4<<20)
+		start = time.Now()
+		for i := 0; i < 20; i++ {
+			if err := shmem.Put(buf, big, 2); err != nil {
+				return err
+			}
+			if err := pe.Quiet(); err != nil {
+				return err
+			}
+		}
+		putBW := float64(20*len(big)) / time.Since(start).Seconds() / 1e9
+		start = time.Now()
+		for i := 0; i < 100_000; i++ {
+			if err := shmem.PutNBI(buf.Slice(i%1000*8, i%1000*8+8), one, 2); err != nil {
+				return err
+			}
+		}
+		if err := pe.Quiet(); err != nil {
+			return err
+		}
+		rate := 100_000 / time.Since(start).Seconds()
+		fmt.Printf("across namespaces: raw TCP 8 B round trip %v; goshmem 8 B get %v (%.2fx raw), fetch-add %v (%.2fx raw); raw stream (1 MiB writes) %.2f GB/s; 4 MiB put+quiet %.2f GB/s (%.2fx); 8 B PutNBI %.0f/s\n",
+			raw, get, float64(get)/float64(raw), fadd, float64(fadd)/float64(raw), streamBW, putBW, putBW/streamBW, rate)
+	}
+	return pe.BarrierAll()
+})
+
+func TestNetnsLatency(t *testing.T) {
+	netnsAvailable(t)
+	code, out := netnsJob(t, "netns-latency", nil, nil)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "across namespaces") {
+			t.Log(line)
+		}
 	}
 }
