@@ -124,28 +124,36 @@ func report(b *testing.B, mesh, raw time.Duration) {
 }
 
 func benchJob(b *testing.B, mem int) *Link {
-	pes := newJob(b, 2, mem, "127.0.0.1", nil)
+	return benchJobBusy(b, mem, false)
+}
+
+func benchJobBusy(b *testing.B, mem int, busy bool) *Link {
+	pes := newJob(b, 2, mem, "127.0.0.1", func(c *Config) { c.BusyPoll = busy })
 	return link(b, pes, 0, 1)
 }
 
 // latencySetup returns a link to a peer PE and a raw 8-byte ping-pong on
-// the same path: both in this process, or both in a peer process.
-func latencySetup(b *testing.B, proc bool) (*Link, func()) {
+// the same path: both in this process, or both in a peer process. With
+// busy, both PEs run with Config.BusyPoll (the raw ping-pong stays the
+// plain blocking one: it is the yardstick).
+func latencySetup(b *testing.B, proc, busy bool) (*Link, func()) {
 	if proc {
-		l, addr := peerProcess(b)
+		l, addr := peerProcess(b, busy)
 		return l, rawPingPongTo(b, addr)
 	}
-	return benchJob(b, 1<<16), rawPingPong(b)
+	return benchJobBusy(b, 1<<16, busy), rawPingPong(b)
 }
 
-func latencyBench(b *testing.B, op func(l *Link) error) {
+func latencyBench(b *testing.B, op func(l *Link) error) { latencyBenchMode(b, false, op) }
+
+func latencyBenchMode(b *testing.B, busy bool, op func(l *Link) error) {
 	for _, proc := range []bool{false, true} {
 		name := "in-process"
 		if proc {
 			name = "two-processes"
 		}
 		b.Run(name, func(b *testing.B) {
-			l, raw := latencySetup(b, proc)
+			l, raw := latencySetup(b, proc, busy)
 			f := func() {
 				if err := op(l); err != nil {
 					b.Fatal(err)
@@ -172,6 +180,23 @@ func BenchmarkGet8(b *testing.B) {
 // ping-pong, interleaved (target <= 1.2).
 func BenchmarkFetchAdd8(b *testing.B) {
 	latencyBench(b, func(l *Link) error {
+		_, err := l.Atomic(8, heap.OpFetchAdd, 0, 1, 0)
+		return err
+	})
+}
+
+// BenchmarkGet8BusyPoll is BenchmarkGet8 with Config.BusyPoll on both
+// PEs: the caller and the peer's reader poll their sockets instead of
+// sleeping (target: well below the raw ping-pong, ratio < 1).
+func BenchmarkGet8BusyPoll(b *testing.B) {
+	dst := make([]byte, 8)
+	latencyBenchMode(b, true, func(l *Link) error { return l.Get(dst, 0) })
+}
+
+// BenchmarkFetchAdd8BusyPoll is BenchmarkFetchAdd8 with Config.BusyPoll
+// on both PEs.
+func BenchmarkFetchAdd8BusyPoll(b *testing.B) {
+	latencyBenchMode(b, true, func(l *Link) error {
 		_, err := l.Atomic(8, heap.OpFetchAdd, 0, 1, 0)
 		return err
 	})

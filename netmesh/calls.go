@@ -3,25 +3,23 @@ package netmesh
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // A call is a request that expects a reply: a GET, a fetching ATOMIC or a
 // FLUSH. Calls live in their link's table under an id from the time the
 // request is queued until exactly one party removes them:
 //
-//   - the stream's reader, when the reply arrives (it then fills dst and
-//     completes the call);
+//   - whoever reads the stream when the reply arrives (the reader
+//     goroutine or a blocked caller leading the stream, see lead.go); it
+//     then fills dst and completes the call;
 //   - the link's failure path, which completes every call it removes
 //     with the link's error;
-//   - a blocking caller whose wait timed out; it removes its own call so
-//     nothing writes its dst afterwards. If the reader removed it first,
+//   - a blocking caller whose deadline passed; it removes its own call so
+//     nothing writes its dst afterwards. If a reader removed it first,
 //     the caller waits for the completion that is already under way.
 //
-// Whoever removes a call completes it exactly once, so a call's done
-// channel (capacity 1) receives at most one value, and a pooled call is
-// reused only after its completion was received or after its owner
-// removed it.
+// Whoever removes a call completes it exactly once, and a pooled call is
+// reused only after its owner saw it completed or removed it itself.
 type call struct {
 	id     uint32
 	stream int
@@ -32,29 +30,35 @@ type call struct {
 	nbi    bool // nobody waits: the reader recycles it
 	val    uint64
 	err    error
-	state  atomic.Uint32 // callPending, callDone or callAsleep
-	done   chan struct{} // receives one value if the waiter went to sleep
-	timer  *time.Timer
+	state  atomic.Uint32 // callPending or callDone; err is set before callDone
+
+	// Waiting (lead.go). granted and expired are set under the stream's
+	// rmu; deadline and the queue links are guarded by it.
+	granted  atomic.Bool // the stream's read token was handed to this call's owner
+	expired  atomic.Bool // the deadline passed (set by the watchdog)
+	asleep   atomic.Bool // the owner sleeps on wake: the next waker sends
+	wake     chan struct{}
+	deadline int64 // mono() time after which the wait gives up
+	queued   bool
+	prev     *call
+	next     *call
 }
 
-// Call states. complete stores err, then swaps in callDone. A waiter
-// swaps callPending for callAsleep before it sleeps on done; if that
-// fails, the call completed already and err is set. complete sends on
-// done only when it finds callAsleep, so nothing is sent to a waiter that
-// never slept.
+// Call states.
 const (
 	callPending = iota
 	callDone
-	callAsleep
 )
 
-var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+var callPool = sync.Pool{New: func() any { return &call{wake: make(chan struct{}, 1)} }}
 
 func getCall() *call { return callPool.Get().(*call) }
 
 func putCall(c *call) {
 	c.dst, c.old, c.err, c.val, c.nbi = nil, nil, nil, 0, false
 	c.state.Store(callPending)
+	c.granted.Store(false)
+	c.expired.Store(false)
 	callPool.Put(c)
 }
 
@@ -70,16 +74,39 @@ func (c *call) complete(err error) {
 		return
 	}
 	c.err = err
-	if c.state.Swap(callDone) == callAsleep {
-		c.done <- struct{}{}
+	c.state.Store(callDone)
+	c.signal()
+}
+
+func (c *call) done() bool { return c.state.Load() == callDone }
+
+// signal wakes c's owner if it sleeps. Whoever changes what the owner
+// waits for (completion, a hand-over, expiry) calls it afterwards.
+func (c *call) signal() {
+	if c.asleep.Load() && c.asleep.Swap(false) {
+		c.wake <- struct{}{} // capacity 1, and only the waker that cleared asleep sends
 	}
+}
+
+// sleep parks the owner until signal, unless ready already holds. ready
+// is checked after asleep is set, so a change made before the check is
+// seen and one made after it signals.
+func (c *call) sleep(ready func(*call) bool) {
+	c.asleep.Store(true)
+	if ready(c) {
+		if c.asleep.Swap(false) {
+			return // nobody claimed the wake-up
+		}
+		// A waker cleared asleep and sends: take its value.
+	}
+	<-c.wake
 }
 
 // block waits, without a timeout, for a completion that is sure to come
 // (the call was removed by someone else).
 func (c *call) block() {
-	if c.state.CompareAndSwap(callPending, callAsleep) {
-		<-c.done
+	for !c.done() {
+		c.sleep((*call).done)
 	}
 }
 
@@ -171,33 +198,4 @@ func (t *callTable) failStream(stream int, err error, close bool) {
 	for _, c := range failed {
 		c.complete(err)
 	}
-}
-
-// wait blocks until c completes or timeout passes. On a timeout it
-// removes c, so no reply writes its destination afterwards, and returns
-// errWaitTimeout; if the reply is already being applied, it waits for it.
-// c may be reused when wait returns.
-func (t *callTable) wait(c *call, timeout time.Duration) error {
-	// No spinning here: polling with runtime.Gosched saves a wake-up on an
-	// idle machine but takes the processor from the readers on a busy one
-	// (more PEs than cores), where it measured twice as slow.
-	if !c.state.CompareAndSwap(callPending, callAsleep) {
-		return c.err // completed meanwhile
-	}
-	if c.timer == nil {
-		c.timer = time.NewTimer(timeout)
-	} else {
-		c.timer.Reset(timeout)
-	}
-	select {
-	case <-c.done:
-		c.timer.Stop()
-		return c.err
-	case <-c.timer.C:
-	}
-	if t.removeIf(c) {
-		return errWaitTimeout
-	}
-	<-c.done
-	return c.err
 }

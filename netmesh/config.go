@@ -20,10 +20,13 @@ type Config struct {
 	// stay valid until Close returns.
 	Mem []byte
 
-	// Notify, if not nil, is called by a reader goroutine after an
-	// incoming write (a PUT payload, a modifying atomic, a put-with-signal's
-	// data and then its signal word) was applied to Mem, with the range
-	// written. It must not block for long: the stream waits for it.
+	// Notify, if not nil, is called after an incoming write (a PUT
+	// payload, a modifying atomic, a put-with-signal's data and then its
+	// signal word) was applied to Mem, with the range written, by the
+	// goroutine reading that stream: its reader goroutine, or a caller
+	// blocked in Get, Atomic or Flush on the link (lead.go). It must not
+	// block for long (the stream waits for it) nor call a blocking Link
+	// method.
 	Notify func(off, n uint64)
 
 	// Listen is the address to listen on, for example "127.0.0.1:0",
@@ -32,7 +35,9 @@ type Config struct {
 	Listen string
 
 	// Timeout is the default start-up deadline of Connect and the bound
-	// on a blocking Get, Atomic or Flush (0: 2 minutes).
+	// on a blocking Get, Atomic or Flush (0: 2 minutes). The mesh's
+	// watchdog checks the waits every Heartbeat/2 or Timeout/8, whichever
+	// is shorter, so a wait ends up to that much after Timeout.
 	Timeout time.Duration
 
 	// Heartbeat is the interval after which a stream that has sent
@@ -52,6 +57,17 @@ type Config struct {
 	// which fill loopback and 1-10 GbE links; setting a value turns
 	// autotuning off for the socket.
 	SockBuf int
+
+	// BusyPoll (GOSHMEM_BUSYPOLL=1) trades processor time for latency: a
+	// goroutine waiting for bytes on a stream polls the socket with
+	// non-blocking reads instead of sleeping in the Go netpoller, and a
+	// caller waiting for a reply that another goroutine is reading polls
+	// instead of sleeping. A caller blocked in Get, Atomic or Flush then
+	// keeps a processor busy until its reply arrives, and each stream's
+	// reader goroutine keeps one busy for up to a millisecond after the
+	// last bytes arrived. Worth it with a core to spare per PE; with more
+	// busy goroutines than cores it is slower than the default.
+	BusyPoll bool
 
 	// Logf, if not nil, receives one line per refused connection, lost
 	// link and protocol violation.

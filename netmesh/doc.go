@@ -15,15 +15,28 @@
 //
 // The wire format is fixed binary, little-endian, version byte first;
 // docs/wire.md is its normative description and each frame_*.go file
-// carries the byte table of the frames it encodes. Per connection one
-// reader goroutine applies frames in order: PUT payloads are read from
-// the socket into the segment, GETs are answered by writing from the
-// segment, atomics use heap.AtomicAt on the segment, the same hardware
-// atomics the same-host path uses, so both are coherent on one word. The
-// send side (writer.go) coalesces small frames from many goroutines into
-// one writev and sends large payloads from the caller's slice without
-// copying. With Config.Streams > 1, large PUTs and GETs are striped over
-// several connections per pair.
+// carries the byte table of the frames it encodes. Per connection,
+// frames are applied in order by whoever holds the connection's read
+// token: PUT payloads are read from the socket into the segment, GETs are
+// answered from the segment, atomics use heap.AtomicAt on the segment,
+// the same hardware atomics the same-host path uses, so both are coherent
+// on one word. The send side (writer.go) coalesces small frames from many
+// goroutines into one write and sends large payloads from the caller's
+// slice without copying. With Config.Streams > 1, large PUTs and GETs are
+// striped over several connections per pair.
+//
+// Who reads (lead.go, watch.go): a caller blocked in Get, Atomic or Flush
+// that finds the connection's read token free reads the connection itself
+// until its reply has arrived (applying whatever comes before it, as any
+// reader does), so the reply wakes the goroutine that waits for it
+// directly, with no hand-off through the Go scheduler; callers that find
+// the token held wait for the holder to apply their reply or to hand the
+// token over. While no caller reads, the connection's reader goroutine
+// does: it sleeps on an epoll set of its own, in which the socket is armed
+// only while the token is free, so a caller's round trip wakes nobody but
+// the caller. With Config.BusyPoll a goroutine waiting for bytes polls the
+// socket instead of sleeping in the netpoller: lower latency for a
+// processor kept busy (see Config.BusyPoll and docs/wire.md, "Engine").
 //
 // Faults: a peer that closes, resets, stays silent for Heartbeat*Misses,
 // or leaves sent data unacknowledged that long is lost: every operation
@@ -37,19 +50,26 @@
 // only Flush (or a blocking Get or Atomic on the same stream, which
 // travels behind it) says the peer applied it. PutNBI's src and GetNBI's
 // dst belong to the link until the next Flush returns; AtomicNBI's *dst is
-// written by a reader goroutine and is valid only after that Flush. A
-// GET is answered from the peer's memory as it is when the reply is
-// written, after every earlier frame on that stream was applied. With
+// written by the goroutine reading the stream and is valid only after that
+// Flush. A GET is answered from the peer's memory after every earlier
+// frame on that stream was applied: a small one (up to 2 KiB) as the
+// memory is when the GET is applied, a larger one as it is when the reply
+// is written. With
 // Streams > 1, operations on different streams are not ordered with
 // each other: Fence then costs a Flush, while with one stream it is
 // free. A blocking Get or Atomic that waits longer than Config.Timeout
-// returns errs.Timeout and leaves the link up (a late reply is dropped);
+// (checked by the mesh's watchdog, so up to min(Heartbeat/2, Timeout/8)
+// later) returns errs.Timeout and leaves the link up (a late reply is
+// dropped);
 // a blocking Put of a large slice waits for the socket without a timeout
-// (the link's loss detection bounds it). Notify runs on a reader
-// goroutine and OnLost on whichever goroutine noticed the loss (possibly
-// one calling a Link method): both must return promptly, and OnLost must
-// not wait for Close. A lost link is not reconnected. The race detector does not
-// see the accesses the kernel makes to a segment (writev of GET replies)
-// and cannot order what one process's meshes do through a socket: tests
-// that inspect a peer's segment synchronise through Notify.
+// (the link's loss detection bounds it). Notify runs on the goroutine
+// reading the stream (its reader goroutine, or a caller blocked in Get,
+// Atomic or Flush on that link) and OnLost on whichever goroutine noticed
+// the loss (possibly one calling a Link method): both must return
+// promptly, Notify must not call a blocking Link method, and OnLost must
+// not wait for Close. A lost link is not reconnected. The race detector
+// does not see the kernel's reads of a segment (large GET replies are
+// written from it), nor the copy a reader makes of a small GET reply, and
+// cannot order what one process's meshes do through a socket: tests that
+// inspect a peer's segment synchronise through Notify.
 package netmesh

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/goshmem/goshmem/heap"
@@ -88,6 +89,7 @@ func (l *Link) fail(err error, report bool) {
 	first := l.setDown(linkLost, err)
 	err = l.Err()
 	l.calls.failStream(-1, err, true)
+	l.kickAll()
 	m := l.m
 	m.mu.Lock()
 	closing := m.closing
@@ -97,7 +99,7 @@ func (l *Link) fail(err error, report bool) {
 	for _, st := range streams {
 		if st != nil {
 			st.q.fail(err)
-			st.conn.Close()
+			st.closeConn()
 		}
 	}
 	if !first {
@@ -303,7 +305,7 @@ func (l *Link) get(dst []byte, off uint64, blocking bool) error {
 		if !blocking {
 			return nil
 		}
-		err := l.calls.wait(c, l.m.cfg.Timeout)
+		err := l.wait(c)
 		putCall(c)
 		return l.waitErr(err, "get", len(dst), off)
 	}
@@ -330,7 +332,7 @@ func (l *Link) get(dst []byte, off uint64, blocking bool) error {
 		}
 	}
 	for _, c := range calls {
-		err := l.calls.wait(c, l.m.cfg.Timeout)
+		err := l.wait(c)
 		putCall(c)
 		if err != nil && first == nil {
 			first = l.waitErr(err, "get", len(dst), off)
@@ -384,6 +386,10 @@ func (l *Link) request(c *call, enc func([]byte) []byte, blocking bool) error {
 
 var errWaitTimeout = errors.New("netmesh: wait timed out")
 
+// wait waits for the blocking call c (see stream.await) for at most
+// Config.Timeout.
+func (l *Link) wait(c *call) error { return l.streams[c.stream].await(c, l.m.cfg.Timeout) }
+
 func (l *Link) waitErr(err error, what string, n int, off uint64) error {
 	if err == errWaitTimeout {
 		return fmt.Errorf("netmesh: %s of %d bytes at offset %d on PE %d: no reply after %v: %w", what, n, off, l.rank, l.m.cfg.Timeout, errs.Timeout)
@@ -432,7 +438,7 @@ func (l *Link) Atomic(width int, op heap.AtomicOp, off, v, cond uint64) (uint64,
 	if err := l.request(c, func(b []byte) []byte { return appendAtomic(b, c.id, byte(op), byte(width), off, v, cond) }, true); err != nil {
 		return 0, err
 	}
-	err = l.calls.wait(c, l.m.cfg.Timeout)
+	err = l.wait(c)
 	old := c.val
 	putCall(c)
 	if err != nil {
@@ -496,7 +502,7 @@ func (l *Link) Flush() error {
 		if c == nil {
 			continue
 		}
-		err := l.calls.wait(c, l.m.cfg.Timeout)
+		err := l.wait(c)
 		putCall(c)
 		if err != nil {
 			if first == nil {
@@ -538,6 +544,7 @@ func (l *Link) shutdown() {
 	err := fmt.Errorf("netmesh: link from PE %d to PE %d: mesh closed: %w", l.m.cfg.Rank, l.rank, errs.Finalized)
 	l.setDown(linkClosing, err)
 	l.calls.failStream(-1, l.Err(), true)
+	l.kickAll()
 	l.m.mu.Lock()
 	streams := make([]*stream, 0, len(l.streams))
 	for _, st := range l.streams {
@@ -554,19 +561,19 @@ func (l *Link) shutdown() {
 	defer t.Stop()
 	for _, st := range streams {
 		if !st.started.Load() {
-			st.conn.Close()
+			st.closeConn()
 			continue
 		}
 		select {
 		case <-st.gone:
 		case <-t.C:
 			for _, st := range streams {
-				st.conn.Close()
+				st.closeConn()
 			}
 		}
 	}
 	for _, st := range streams {
-		st.conn.Close()
+		st.closeConn()
 	}
 }
 
@@ -581,9 +588,26 @@ type stream struct {
 	started atomic.Bool
 	recvs   atomic.Uint64 // reads that returned data: the watchdog's receive clock
 
-	// Reader state, owned by the reader goroutine.
-	buf  []byte
-	r, w int
+	// Read state, owned by whoever holds the read token (lead.go).
+	buf     []byte
+	r, w    int
+	raw     syscall.RawConn
+	busy    bool // Config.BusyPoll
+	sp      spinState
+	w8      watcher // the reader goroutine's watch on the socket (watch.go)
+	watchFn func(uintptr) bool
+
+	// The read token (lead.go).
+	rmu          sync.Mutex   // protects the fields below, and hands the read state over
+	held         bool         // someone holds the token: holder, or the reader goroutine if holder is nil
+	holder       *call        // the blocked caller that holds it
+	whead, wtail *call        // followers, in arrival order
+	inRead       bool         // the holder waits in conn.Read at a frame boundary
+	kicked       bool         // a read deadline in the past is set to end that wait
+	ended        bool         // reading failed or the peer said goodbye: nobody reads again
+	rerr         error        // why, for the reader goroutine to report
+	nwait        atomic.Int32 // followers queued
+	kick         atomic.Bool  // the holder should look up (a polling holder checks it)
 
 	// Watchdog state, owned by the watchdog goroutine.
 	seenRecv, seenSend uint64
@@ -591,11 +615,21 @@ type stream struct {
 }
 
 func newStream(l *Link, idx int, c *net.TCPConn) (*stream, error) {
-	st := &stream{l: l, idx: idx, conn: c, stop: make(chan struct{}), gone: make(chan struct{})}
+	st := &stream{l: l, idx: idx, conn: c, stop: make(chan struct{}), gone: make(chan struct{}),
+		buf: make([]byte, readBuf), busy: l.m.cfg.BusyPoll}
 	q, err := newSendQueue(c, func(err error) { l.fail(l.lostErr(err), true) })
 	if err != nil {
 		return nil, err
 	}
 	st.q = q
+	if st.raw, err = c.SyscallConn(); err != nil {
+		return nil, err
+	}
+	st.sp.st = st
+	st.sp.fn = st.sp.poll
+	st.watchFn = st.onWatch
+	if err := st.w8.init(st); err != nil {
+		return nil, err
+	}
 	return st, nil
 }

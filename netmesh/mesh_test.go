@@ -18,15 +18,17 @@ type transport struct {
 	name    string
 	host    string
 	streams int
+	busy    bool // Config.BusyPoll
 }
 
 func transports(t *testing.T) []transport {
 	ts := []transport{
-		{"tcp4", "127.0.0.1", 1},
-		{"tcp4-4streams", "127.0.0.1", 4},
+		{"tcp4", "127.0.0.1", 1, false},
+		{"tcp4-4streams", "127.0.0.1", 4, false},
+		{"tcp4-busypoll", "127.0.0.1", 1, true},
 	}
 	if ipv6Loopback() {
-		ts = append(ts, transport{"tcp6", "::1", 1})
+		ts = append(ts, transport{"tcp6", "::1", 1, false})
 	} else {
 		t.Log("IPv6 loopback unavailable here: skipping the [::1] transport")
 	}
@@ -36,6 +38,7 @@ func transports(t *testing.T) []transport {
 func (tr transport) job(t *testing.T, n, memSize int, edit func(*Config)) []*tpe {
 	return newJob(t, n, memSize, tr.host, func(c *Config) {
 		c.Streams = tr.streams
+		c.BusyPoll = tr.busy
 		if edit != nil {
 			edit(c)
 		}

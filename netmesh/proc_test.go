@@ -26,7 +26,8 @@ func TestBenchPeerProcess(t *testing.T) {
 		t.Skip("only runs as a benchmark's peer process")
 	}
 	mem := make([]byte, 8<<20)
-	m, err := Listen(Config{Rank: 1, Size: 2, JobID: testJob, Key: testKey, Mem: mem, Listen: "127.0.0.1:0"})
+	busy := os.Getenv(peerEnv) == "busy"
+	m, err := Listen(Config{Rank: 1, Size: 2, JobID: testJob, Key: testKey, Mem: mem, Listen: "127.0.0.1:0", BusyPoll: busy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,10 +64,15 @@ func TestBenchPeerProcess(t *testing.T) {
 }
 
 // peerProcess starts the peer process and returns PE 0's link to it and
-// the address of its raw echo server.
-func peerProcess(b *testing.B) (*Link, string) {
+// the address of its raw echo server. With busy, both PEs run with
+// Config.BusyPoll.
+func peerProcess(b *testing.B, busy bool) (*Link, string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchPeerProcess$")
-	cmd.Env = append(os.Environ(), peerEnv+"=1")
+	mode := "1"
+	if busy {
+		mode = "busy"
+	}
+	cmd.Env = append(os.Environ(), peerEnv+"="+mode)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -82,7 +88,7 @@ func peerProcess(b *testing.B) (*Link, string) {
 		}
 	}
 	go io.Copy(io.Discard, stdout)
-	p := newPE(b, 0, 2, 8<<20, "127.0.0.1", nil)
+	p := newPE(b, 0, 2, 8<<20, "127.0.0.1", func(c *Config) { c.BusyPoll = busy })
 	b.Cleanup(func() { p.m.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -10,16 +10,18 @@ import (
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
-// The receive side of one stream: one goroutine reads frames in order and
-// applies each before it reads the next, so a FLUSH is answered only after
-// everything before it was applied.
+// The receive side of one stream: whoever holds the stream's read token
+// (the reader goroutine, or a caller blocked for its reply: lead.go)
+// reads frames in order and applies each before it reads the next, so a
+// FLUSH is answered only after everything before it was applied.
 //
 // Headers are read through a small read-ahead buffer (readBuf bytes), so
 // that many small frames cost one system call. A payload is copied out of
 // that buffer only for the bytes that arrived together with its header;
 // the rest is read from the socket straight into its destination (the
 // segment for PUT, the caller's slice for GET_RESP). Every offset and
-// length is judged before the first payload byte is read.
+// length is judged before the first payload byte is read. The token
+// changes hands only at frame boundaries.
 
 const readBuf = 64 << 10
 
@@ -37,8 +39,10 @@ func (e *peerError) Error() string {
 
 // fill makes at least n bytes (n <= readBuf) available at st.buf[st.r:].
 // At a frame boundary (nothing buffered) a clean end of stream returns
-// io.EOF; inside a frame it returns io.ErrUnexpectedEOF.
-func (st *stream) fill(n int) error {
+// io.EOF; inside a frame it returns io.ErrUnexpectedEOF. With at set,
+// st.r is at the start of a frame and the holder c (nil: the reader
+// goroutine) may be told to stop waiting: errYield (see readIdle).
+func (st *stream) fill(n int, c *call, at bool) error {
 	if st.w-st.r >= n {
 		return nil
 	}
@@ -47,11 +51,20 @@ func (st *stream) fill(n int) error {
 		st.r = 0
 	}
 	for st.w-st.r < n {
-		k, err := st.conn.Read(st.buf[st.w:])
+		var k int
+		var err error
+		if at {
+			k, err = st.readIdle(c)
+		} else {
+			k, err = st.conn.Read(st.buf[st.w:])
+		}
 		if k > 0 {
 			st.recvs.Add(1)
 			st.w += k
 			continue
+		}
+		if err == errYield {
+			return err
 		}
 		if err == io.EOF && st.w != st.r {
 			err = io.ErrUnexpectedEOF
@@ -88,7 +101,7 @@ func (st *stream) payload(dst []byte) error {
 func (st *stream) discard(n int) error {
 	for n > 0 {
 		if st.r == st.w {
-			if err := st.fill(1); err != nil {
+			if err := st.fill(1, nil, false); err != nil {
 				if err == io.EOF {
 					err = io.ErrUnexpectedEOF
 				}
@@ -102,36 +115,32 @@ func (st *stream) discard(n int) error {
 	return nil
 }
 
-// readLoop is the stream's reader goroutine.
-func (st *stream) readLoop() {
-	defer st.l.m.wg.Done()
-	st.buf = make([]byte, readBuf)
-	err := st.serve()
-	st.l.streamEnded(st, err)
-	close(st.gone)
-}
-
 func (st *stream) notify(off, n uint64) {
 	if f := st.l.m.cfg.Notify; f != nil {
 		f(off, n)
 	}
 }
 
-// serve reads and applies frames until the stream ends. It returns
+// serve reads and applies frames for the holder of the read token, c
+// (nil: the reader goroutine), until the holder should hand the token on
+// (errYield: see stream.yield) or the stream ends. It then returns
 // errGoodbye, a *wireError (this side found a violation), a *peerError,
 // or the read error.
-func (st *stream) serve() error {
+func (st *stream) serve(c *call) error {
 	mem := st.l.m.cfg.Mem
 	size := uint64(len(mem))
 	for {
-		if err := st.fill(prefixLen); err != nil {
+		if st.yield(c) {
+			return errYield
+		}
+		if err := st.fill(prefixLen, c, true); err != nil {
 			return err
 		}
 		t, hl, err := parsePrefix(st.buf[st.r : st.r+prefixLen])
 		if err != nil {
 			return err
 		}
-		if err := st.fill(hl); err != nil {
+		if err := st.fill(hl, c, true); err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
@@ -184,11 +193,17 @@ func (st *stream) serve() error {
 				return err
 			}
 			st.r += hl
-			// The reply is written from the segment by reference: the kernel
-			// reads it during writev, no copy is made here.
+			// A small reply is copied into the batch with its header (one
+			// write(2)); a large one is written from the segment by
+			// reference: the kernel reads it during writev, no copy is made.
 			if err := st.reply(func(b *batch) {
 				old := len(b.buf)
 				b.buf = appendGetResp(b.buf, h.id, statusOK, h.n)
+				if h.n <= copyMax {
+					b.buf = appendSegment(b.buf, mem[h.off:h.off+uint64(h.n)])
+					b.addBuf(old)
+					return
+				}
 				b.addBuf(old)
 				b.addExt(mem[h.off : h.off+uint64(h.n)])
 			}); err != nil {
@@ -322,7 +337,7 @@ func (st *stream) serve() error {
 			if err != nil {
 				return err
 			}
-			if err := st.fill(hl + n); err != nil {
+			if err := st.fill(hl+n, c, true); err != nil {
 				return err
 			}
 			text := string(st.buf[st.r+hl : st.r+hl+n])
@@ -386,6 +401,6 @@ func (l *Link) streamEnded(st *stream, err error) {
 	}
 	l.calls.failStream(st.idx, l.Err(), false)
 	st.q.fail(l.Err())
-	st.conn.Close()
+	st.closeConn()
 	close(st.stop)
 }

@@ -1,16 +1,22 @@
 package netmesh
 
 // The package's unsafe corner: socket options, the segment alignment
-// check, and the one raw system call. The raw
-// writev lets a reader goroutine try to send its responses without ever
-// blocking (see sendQueue.tryFlush); everything else goes through package
-// net. Assumptions: the descriptor is a connected TCP socket that package
-// net has put in non-blocking mode, and every slice in vec stays alive
-// and unchanged for the duration of the call (the caller's batch holds
-// them).
+// check, the raw system calls and the one copy hidden from the race
+// detector. The raw write lets a stream's reader try to send its
+// responses without ever blocking (see sendQueue.tryFlush); the raw read
+// lets it look for bytes without waiting, once or, with Config.BusyPoll,
+// over and over (lead.go); the stream's epoll set is in watch.go;
+// everything else goes through package net. Assumptions: the descriptor
+// is a connected TCP socket that package net has put in non-blocking
+// mode, and every slice in vec stays alive and unchanged for the
+// duration of the call (the caller's batch holds them).
 
 import (
+	"io"
 	"net"
+	"os"
+	"runtime"
+	"slices"
 	"syscall"
 	"time"
 	"unsafe"
@@ -91,7 +97,11 @@ func newNBWriter(raw syscall.RawConn) *nbWriter {
 
 func (w *nbWriter) call(fd uintptr) bool {
 	for {
-		w.n, _, w.errno = unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(len(w.iov)))
+		if len(w.iov) == 1 { // write(2) is cheaper than a writev(2) of one iovec
+			w.n, _, w.errno = unix.Syscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(w.iov[0].Base)), uintptr(w.iov[0].Len))
+		} else {
+			w.n, _, w.errno = unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(len(w.iov)))
+		}
 		if w.errno != unix.EINTR {
 			return true // never wait: the caller hands the rest to the writer goroutine
 		}
@@ -128,4 +138,70 @@ func (w *nbWriter) writev(vec [][]byte) (int, error) {
 // aligned reports whether p starts on an n-byte boundary.
 func aligned(p []byte, n uintptr) bool {
 	return uintptr(unsafe.Pointer(unsafe.SliceData(p)))%n == 0
+}
+
+// spinState is a stream's non-blocking reader (lead.go, stream.poll):
+// poll reads the socket without waiting, once (budget -1) or over and
+// over (Config.BusyPoll) until bytes arrive, the read fails or the stream
+// is kicked; every spinCheck polls it also gives up when the link is down
+// or the budget passed, and every spinYield polls it yields the
+// processor, so that goroutines queued behind it run. Like nbWriter, its
+// state lives in the struct and its callback is bound once.
+type spinState struct {
+	st     *stream
+	p      []byte
+	budget int64 // -1: one read; else a mono() limit
+	n      int
+	err    error
+	fn     func(fd uintptr) bool
+}
+
+func (s *spinState) poll(fd uintptr) bool {
+	for i := 1; ; i++ {
+		n, err := unix.Read(int(fd), s.p)
+		switch {
+		case err == nil && n > 0:
+			s.n = n
+			return true
+		case err == nil:
+			s.err = io.EOF
+			return true
+		case err == unix.EINTR:
+			continue
+		case err != unix.EAGAIN:
+			s.err = os.NewSyscallError("read", err)
+			return true
+		}
+		if s.budget < 0 || s.st.kick.Load() {
+			return true
+		}
+		if i%spinCheck == 0 && (s.st.l.err.Load() != nil || mono() > s.budget) {
+			return true
+		}
+		if i%spinYield == 0 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// appendSegment appends src, a range of this PE's segment, to b: the copy
+// of a small GET reply. The race detector is not told about the read:
+// like the kernel's read of a large reply, it is ordered with the
+// writes of other goroutines, other meshes and the peer by the protocol
+// (frames applied in stream order, Notify, Flush), which the detector
+// cannot see through a socket. The copy is made 8 bytes at a time.
+//
+//go:norace
+func appendSegment(b, src []byte) []byte {
+	n := len(b)
+	b = slices.Grow(b, len(src))[:n+len(src)]
+	d := b[n:]
+	i := 0
+	for ; i+8 <= len(src); i += 8 {
+		le.PutUint64(d[i:], le.Uint64(src[i:]))
+	}
+	for ; i < len(src); i++ {
+		d[i] = src[i]
+	}
+	return b
 }

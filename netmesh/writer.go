@@ -24,8 +24,9 @@ import (
 //     hand-off to another goroutine on the latency path;
 //   - a non-blocking operation (PutNBI ...) only wakes the stream's writer
 //     goroutine, so that a burst of them is coalesced into few writes;
-//   - the reader goroutine (responses, flush replies) tries one
-//     non-blocking writev and hands whatever the socket did not take to
+//   - whoever reads the stream (the reader goroutine, or a blocked caller
+//     leading it: lead.go) sends responses and flush replies with one
+//     non-blocking write and hands whatever the socket did not take to
 //     the writer goroutine. A reader never blocks on a write: if both
 //     peers' readers could, two full send buffers would deadlock them.
 //
@@ -48,6 +49,7 @@ type batch struct {
 	vec   net.Buffers // the batch as iovecs, consumed while it is written
 	bytes int         // bytes in the batch
 	resps int         // responses (GET_RESP, ATOMIC_RESP, FLUSH_REPLY) in it
+	ext   bool        // some piece is a caller's slice
 }
 
 // addBuf records that bytes from old to len(b.buf) were appended to the
@@ -66,6 +68,7 @@ func (b *batch) addBuf(old int) {
 func (b *batch) addExt(p []byte) {
 	b.segs = append(b.segs, seg{ext: p})
 	b.bytes += len(p)
+	b.ext = true
 }
 
 // build lays the batch out as iovecs in b.vec.
@@ -90,7 +93,25 @@ func (b *batch) reset() {
 	clear(b.vecs)
 	b.vecs = b.vecs[:0]
 	b.vec = nil
-	b.bytes, b.resps = 0, 0
+	b.bytes, b.resps, b.ext = 0, 0, false
+}
+
+// write writes what is left of the batch to c, blocking. A batch that is
+// all in its buffer (small frames, coalesced) goes out with write(2),
+// which the kernel handles faster than writev(2). One that holds callers'
+// slices (a PUT's source, a segment range) goes out with writev, which
+// the race detector does not instrument: like the kernel's read of a
+// segment, the access is ordered by the protocol, not by anything the
+// detector sees (see the package doc).
+func (b *batch) write(c *net.TCPConn) error {
+	if len(b.vec) == 1 && !b.ext {
+		p := b.vec[0]
+		b.vec = b.vec[:0]
+		_, err := c.Write(p)
+		return err
+	}
+	_, err := b.vec.WriteTo(c)
+	return err
 }
 
 // consume drops the first n bytes of v.
@@ -111,7 +132,7 @@ func consume(v *net.Buffers, n int) {
 const (
 	sendNow   = iota // blocking caller: write now if nobody else is
 	sendLater        // non-blocking caller: wake the writer goroutine
-	sendTry          // reader goroutine: try without blocking, else hand off
+	sendTry          // a stream's reader: try without blocking, else hand off
 )
 
 var errShut = errors.New("netmesh: stream closing")
@@ -223,7 +244,7 @@ func (q *sendQueue) writeUntil(seq uint64) error {
 	for q.written < seq && q.err == nil && q.fill.bytes > 0 {
 		b := q.take()
 		q.mu.Unlock()
-		_, err := b.vec.WriteTo(q.conn)
+		err := b.write(q.conn)
 		q.mu.Lock()
 		q.done(b, err)
 	}
@@ -306,7 +327,7 @@ func (q *sendQueue) run(stop <-chan struct{}) {
 			q.handoff = false
 			b := q.inflight
 			q.mu.Unlock()
-			_, err := b.vec.WriteTo(q.conn)
+			err := b.write(q.conn)
 			q.mu.Lock()
 			q.done(b, err)
 		case q.busy || q.fill.bytes == 0 || q.err != nil:
@@ -318,7 +339,7 @@ func (q *sendQueue) run(stop <-chan struct{}) {
 		for q.fill.bytes > 0 && q.err == nil {
 			b := q.take()
 			q.mu.Unlock()
-			_, err := b.vec.WriteTo(q.conn)
+			err := b.write(q.conn)
 			q.mu.Lock()
 			q.done(b, err)
 		}

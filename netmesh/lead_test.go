@@ -1,0 +1,230 @@
+package netmesh
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/heap"
+	"github.com/goshmem/goshmem/internal/errs"
+)
+
+// Tests of who reads a stream (lead.go, watch.go): blocked callers lead,
+// followers wait, the reader goroutine watches the free stream.
+
+// Many goroutines on both PEs block in Get and fetch-add on the same
+// link while PUTs cross both ways: every frame is applied once, in order,
+// and nobody is left waiting.
+func TestLeadersAndFollowers(t *testing.T) {
+	for _, tr := range transports(t) {
+		t.Run(tr.name, func(t *testing.T) {
+			const mem = 1 << 20
+			pes := tr.job(t, 2, mem, nil)
+			// Each side's words [1024, 2048) hold a pattern the other reads.
+			for _, p := range pes {
+				copy(p.mem[8192:16384], pattern(8192, 7))
+			}
+			const workers, rounds = 16, 200
+			var wg sync.WaitGroup
+			errc := make(chan error, 4*workers)
+			for side := 0; side < 2; side++ {
+				l := link(t, pes, side, 1-side)
+				for w := 0; w < workers; w++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						dst := make([]byte, 64)
+						src := pattern(64, byte(w))
+						want := pattern(8192, 7)
+						for i := 0; i < rounds; i++ {
+							switch i % 3 {
+							case 0:
+								off := uint64(64 * ((w*rounds + i) % 128))
+								if err := l.Get(dst, 8192+off); err != nil {
+									errc <- err
+									return
+								}
+								if !bytes.Equal(dst, want[off:off+64]) {
+									errc <- fmt.Errorf("side %d worker %d: get %d: wrong bytes", side, w, i)
+									return
+								}
+							case 1:
+								if _, err := l.Atomic(8, heap.OpFetchAdd, 0, 1, 0); err != nil {
+									errc <- err
+									return
+								}
+							default:
+								if err := l.PutNBI(uint64(65536+64*w), src); err != nil {
+									errc <- err
+									return
+								}
+							}
+						}
+						if err := l.Flush(); err != nil {
+							errc <- err
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			close(errc)
+			for err := range errc {
+				t.Fatal(err)
+			}
+			// Every fetch-add was applied exactly once on each side.
+			const adds = workers * ((rounds + 1) / 3)
+			for side, p := range pes {
+				p.sync()
+				got, err := link(t, pes, 1-side, side).Atomic(8, heap.OpFetch, 0, 0, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != adds {
+					t.Fatalf("PE %d: counter %d, want %d", side, got, adds)
+				}
+			}
+		})
+	}
+}
+
+// Callers blocked behind a leader that waits in vain all time out, each
+// within its own deadline, and the link stays up for later operations.
+func TestTimeoutsOfLeaderAndFollowers(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("busy=%v", busy), func(t *testing.T) {
+			p, r := rawJob(t, 1<<16, func(c *Config) {
+				c.Timeout = 300 * time.Millisecond
+				c.Heartbeat = 10 * time.Second
+				c.BusyPoll = busy
+			})
+			l := p.m.Link(0)
+			const n = 6
+			start := time.Now()
+			var wg sync.WaitGroup
+			errc := make(chan error, n)
+			for i := 0; i < n; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errc <- l.Get(make([]byte, 8), uint64(8*i))
+				}()
+			}
+			wg.Wait()
+			close(errc)
+			for err := range errc {
+				if !errors.Is(err, errs.Timeout) {
+					t.Fatalf("unanswered get: %v", err)
+				}
+			}
+			if d := time.Since(start); d > 3*time.Second {
+				t.Fatalf("timeouts took %v", d)
+			}
+			// The link works: answer the next request, whatever came before.
+			done := make(chan error, 1)
+			go func() {
+				old, err := l.Atomic(8, heap.OpFetch, 0, 0, 0)
+				if err == nil && old != 77 {
+					err = fmt.Errorf("old %d", old)
+				}
+				done <- err
+			}()
+			f, err := r.readUntil(typeAtomic, 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.send(appendAtomicResp(nil, f.ID, statusOK, 77))
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if l.Err() != nil {
+				t.Fatal(l.Err())
+			}
+		})
+	}
+}
+
+// Close ends a caller blocked reading the stream at once, not after the
+// goodbye wait.
+func TestCloseEndsLeader(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("busy=%v", busy), func(t *testing.T) {
+			p, r := rawJob(t, 1<<16, func(c *Config) { c.Heartbeat = 10 * time.Second; c.BusyPoll = busy })
+			l := p.m.Link(0)
+			res := make(chan error, 3)
+			for i := 0; i < 3; i++ { // a leader and two followers
+				go func() { res <- l.Get(make([]byte, 8), 0) }()
+			}
+			for i := 0; i < 3; i++ {
+				if _, err := r.readUntil(typeGet, 2*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+			closed := make(chan struct{})
+			start := time.Now()
+			go func() { p.m.Close(); close(closed) }()
+			for i := 0; i < 3; i++ {
+				select {
+				case err := <-res:
+					if !errors.Is(err, errs.Finalized) {
+						t.Fatalf("get pending at Close: %v", err)
+					}
+				case <-time.After(time.Second):
+					t.Fatal("get still blocked a second after Close began")
+				}
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Fatalf("gets returned %v after Close began", d)
+			}
+			<-closed
+		})
+	}
+}
+
+// While no caller reads, the reader goroutine applies what arrives: a
+// PUT sent after a Get's reply (so after the caller freed the stream),
+// and one that arrives in the same segment as the reply.
+func TestWatchAfterLeader(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("busy=%v", busy), func(t *testing.T) {
+			p, r := rawJob(t, 1<<16, func(c *Config) { c.Heartbeat = 10 * time.Second; c.BusyPoll = busy })
+			l := p.m.Link(0)
+			for round := 0; round < 20; round++ {
+				res := make(chan error, 1)
+				go func() { res <- l.Get(make([]byte, 8), 0) }()
+				f, err := r.readUntil(typeGet, 2*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp := append(appendGetResp(nil, f.ID, statusOK, 8), make([]byte, 8)...)
+				put1 := append(appendPut(nil, 100, 8), bytes.Repeat([]byte{byte(2 * round)}, 8)...)
+				put2 := append(appendPut(nil, 200, 8), bytes.Repeat([]byte{byte(2*round + 1)}, 8)...)
+				before := p.applied.Load()
+				if round%2 == 0 {
+					r.send(append(resp, put1...)) // together with the reply
+				} else {
+					r.send(resp)
+					r.send(put1)
+				}
+				if err := <-res; err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Millisecond) // the caller has freed the stream
+				r.send(put2)
+				deadline := time.Now().Add(2 * time.Second)
+				for p.applied.Load() < before+2 {
+					if time.Now().After(deadline) {
+						t.Fatalf("round %d: %d of 2 PUTs applied", round, p.applied.Load()-before)
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+				p.sync()
+				if p.mem[100] != byte(2*round) || p.mem[200] != byte(2*round+1) {
+					t.Fatalf("round %d: segment %d %d", round, p.mem[100], p.mem[200])
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,183 @@
+package netmesh
+
+import (
+	"errors"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// watcher is a stream's own epoll set (see lead.go). The stream's socket
+// is armed in the set (EPOLLIN) only while the read token is free or held
+// by the reader goroutine, and the set itself is registered with Go's
+// netpoller, so the reader goroutine sleeps on it there and wakes only
+// when bytes arrive while no caller reads the stream, or when it is woken
+// on purpose (a read deadline in the past on the set). A caller that
+// takes the token disarms the socket (EPOLL_CTL_MOD without EPOLLIN) and
+// arms it again when it frees the token, under the stream's rmu. Arming
+// reports bytes that are already there, so none are missed between the
+// holder's last read and the arming.
+//
+// The entry is edge-triggered, and nobody collects its events except to
+// clear them: the set's own wake-up of the netpoller is all that matters.
+// The kernel signals the set's pollers when an entry joins its ready
+// list, not when an entry that is still on it is re-armed, so before
+// arming, an entry that may still be queued from an arrival that the
+// reader goroutine has already handled is cleared (epoll_wait without
+// waiting). It can be queued only if the reader goroutine woke since the
+// last arming (dirty); an arrival whose wake-up the reader has not yet
+// handled needs no new signal.
+type watcher struct {
+	f      *os.File
+	raw    syscall.RawConn // of f
+	epfd   int
+	armed  bool // under rmu: EPOLLIN is armed
+	dirty  bool // under rmu: the reader woke since the last arming
+	woken  bool // under rmu: a deadline in the past is set on f
+	closed bool // under rmu: f is closed (the reader goroutine ended)
+
+	ev    unix.EpollEvent // argument of ctl
+	op    int
+	cerr  error
+	ctlFn func(fd uintptr)
+	evs   [1]unix.EpollEvent
+}
+
+const watchEvents = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
+
+// init creates the set with st's socket in it, armed.
+func (w *watcher) init(st *stream) error {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return os.NewSyscallError("epoll_create1", err)
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return os.NewSyscallError("fcntl", err)
+	}
+	w.epfd = epfd
+	w.ctlFn = w.ctl
+	w.f = os.NewFile(uintptr(epfd), "netmesh-watch") // non-blocking: registered with the netpoller
+	if w.raw, err = w.f.SyscallConn(); err != nil {
+		w.f.Close()
+		return err
+	}
+	if err := w.f.SetReadDeadline(time.Time{}); err != nil { // the reader cannot sleep on a set the netpoller does not take
+		w.f.Close()
+		return err
+	}
+	w.op, w.ev.Events = unix.EPOLL_CTL_ADD, watchEvents
+	if err := st.raw.Control(w.ctlFn); err != nil {
+		w.f.Close()
+		return err
+	}
+	if w.cerr != nil {
+		w.f.Close()
+		return os.NewSyscallError("epoll_ctl", w.cerr)
+	}
+	w.armed = true
+	return nil
+}
+
+func (w *watcher) ctl(fd uintptr) {
+	w.ev.Fd = int32(fd)
+	w.cerr = unix.EpollCtl(w.epfd, w.op, int(fd), &w.ev)
+}
+
+// set arms or disarms the socket. It reports false if the socket is
+// closed (a closed socket has left the set by itself). st.rmu is held.
+func (w *watcher) set(st *stream, on bool) bool {
+	if w.closed {
+		return false
+	}
+	if w.armed == on {
+		return true
+	}
+	w.armed = on
+	w.op, w.ev.Events = unix.EPOLL_CTL_MOD, unix.EPOLLET
+	if on {
+		if w.dirty {
+			w.dirty = false
+			unix.EpollWait(w.epfd, w.evs[:], 0)
+		}
+		w.ev.Events = watchEvents
+	}
+	return st.raw.Control(w.ctlFn) == nil && w.cerr == nil
+}
+
+func (w *watcher) arm(st *stream) bool { return w.set(st, true) }
+func (w *watcher) disarm(st *stream)   { w.set(st, false) }
+
+// wake gets the reader goroutine out of its sleep on the set, to look at
+// the stream's state. st.rmu is held.
+func (w *watcher) wake() {
+	if !w.woken && !w.closed && w.f != nil {
+		w.woken = true
+		w.f.SetReadDeadline(pastTime)
+	}
+}
+
+// readLoop is the stream's reader goroutine: it watches the stream while
+// the read token is free and reports the end of the stream.
+func (st *stream) readLoop() {
+	defer st.l.m.wg.Done()
+	err := st.watchLoop()
+	st.rmu.Lock()
+	st.endLocked(err)
+	st.w8.closed = true
+	st.w8.f.Close()
+	st.rmu.Unlock()
+	st.l.streamEnded(st, err)
+	close(st.gone)
+}
+
+func (st *stream) watchLoop() error {
+	for {
+		err := st.w8.raw.Read(st.watchFn)
+		st.rmu.Lock()
+		if st.w8.woken {
+			st.w8.woken = false
+			st.w8.f.SetReadDeadline(time.Time{})
+		}
+		ended, rerr := st.ended, st.rerr
+		st.rmu.Unlock()
+		if ended {
+			return rerr
+		}
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err // the set itself failed
+		}
+	}
+}
+
+// onWatch runs in the reader goroutine each time the set may have an event
+// (and once at the start): if the token is free it takes it and applies
+// what the socket holds, then frees it (or hands it to a follower). It
+// returns true when the stream ended, false to sleep until the next
+// event.
+func (st *stream) onWatch(uintptr) bool {
+	st.rmu.Lock()
+	st.w8.dirty = true
+	if st.ended {
+		st.rmu.Unlock()
+		return true
+	}
+	if st.held {
+		// A caller reads; it puts the socket back when it frees the token.
+		st.rmu.Unlock()
+		return false
+	}
+	st.held = true
+	st.rmu.Unlock()
+	err := st.serve(nil)
+	st.rmu.Lock()
+	defer st.rmu.Unlock()
+	if err != errYield {
+		st.endLocked(err)
+		return true
+	}
+	st.releaseLocked()
+	return false
+}
