@@ -204,12 +204,26 @@ func (st *stream) releaseLocked() {
 		return
 	}
 	st.held, st.holder = false, nil
-	if !st.ended {
-		if !st.w8.arm(st) || st.l.Err() != nil {
-			// A closed socket has left the set: the reader goroutine must
-			// look for itself, and find the stream's end.
-			st.w8.wake()
-		}
+	if st.ended {
+		return
+	}
+	switch {
+	case !st.w8.arm(st) || st.l.Err() != nil:
+		// A closed socket has left the set: the reader goroutine must
+		// look for itself, and find the stream's end.
+		st.w8.wake()
+	case st.frameBuffered():
+		// A whole frame is already in the read buffer, where the socket's
+		// readiness cannot announce it: a holder that yields to followers
+		// at a frame boundary leaves what it read ahead, and the follower
+		// it meant to hand over to may have been completed meanwhile (its
+		// reply was among the frames the holder applied). Nobody would
+		// read the stream until the peer sent more, and the peer may be
+		// waiting for exactly this frame (a FLUSH), so wake the reader
+		// goroutine to apply it. A partial frame needs no wake: the rest
+		// of it is still to come through the socket, and arming reports
+		// bytes that are already there.
+		st.w8.wake()
 	}
 }
 
@@ -282,7 +296,10 @@ func (st *stream) frameBuffered() bool {
 		return false
 	}
 	hl := hdrLen(b[1])
-	if hl == 0 || len(b) < hl {
+	if hl == 0 {
+		return true // an unknown type: serve judges it without reading more
+	}
+	if len(b) < hl {
 		return false
 	}
 	var n int

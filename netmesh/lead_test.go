@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -226,5 +227,65 @@ func TestWatchAfterLeader(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A holder that frees the stream with a whole frame left in its read
+// buffer gets that frame applied: here the reader goroutine yielded to a
+// follower whose reply it had itself just applied (so the follower no
+// longer wants the token), and the peer sends nothing more. The socket's
+// readiness cannot announce bytes that were already read, so unless
+// releasing the token wakes the reader goroutine, the frame stays in the
+// buffer until the peer sends again; here it never does (no heartbeats),
+// so a lost wake-up fails the test instead of slowing it.
+func TestReleaseAppliesBufferedFrame(t *testing.T) {
+	p, r := rawJob(t, 1<<16, func(c *Config) { c.Heartbeat = time.Hour })
+	st := p.m.Link(0).streams[0]
+
+	// Hold the token as the reader goroutine does while it serves.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st.rmu.Lock()
+		if !st.held && !st.ended {
+			st.held = true
+			st.rmu.Unlock()
+			break
+		}
+		st.rmu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the stream's read token never came free")
+		}
+		runtime.Gosched()
+	}
+	// Read a whole PUT ahead into the stream's buffer, as a holder does.
+	r.send(append(appendPut(nil, 64, 8), bytes.Repeat([]byte{0xAB}, 8)...))
+	st.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for !st.frameBuffered() {
+		k, err := st.conn.Read(st.buf[st.w:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.w += k
+	}
+	st.conn.SetReadDeadline(time.Time{})
+
+	// A follower that queued and was completed before the hand-over.
+	c := getCall()
+	c.state.Store(callDone)
+	before := p.applied.Load()
+	st.rmu.Lock()
+	st.queueLocked(c)
+	st.releaseLocked()
+	st.rmu.Unlock()
+
+	for p.applied.Load() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("lost wake-up: the PUT read ahead was never applied after the token was freed")
+		}
+		runtime.Gosched()
+	}
+	p.sync()
+	if !bytes.Equal(p.mem[64:72], bytes.Repeat([]byte{0xAB}, 8)) {
+		t.Fatalf("segment %x after the PUT", p.mem[64:72])
 	}
 }
