@@ -221,6 +221,7 @@ func (pe *PE) releaseSlot(s int) {
 	for r := 0; r < heap.MaxRounds; r++ {
 		heap.Store64(pe.mem, heap.FlagOff(s, r), 0)
 	}
+	pe.clearCollective(s)
 	pe.teamMu.Lock()
 	pe.teamUsed[s/64] &^= 1 << (s % 64)
 	pe.teamMu.Unlock()

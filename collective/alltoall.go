@@ -1,0 +1,85 @@
+package collective
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// AllToAll sends n elements from every member to every member: member
+// i's src[j*n:(j+1)*n] lands in member j's dst[i*n:(i+1)*n]. Every
+// member passes the same n; src and dst hold at least n*NPEs elements
+// and must not overlap.
+func AllToAll[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], n int) error {
+	return allToAll(t, dst, src, 1, 1, n, false)
+}
+
+// AllToAllS is AllToAll with strides (shmem_alltoalls): element e of
+// the block member i sends to member j is src[(j*n+e)*srcStride], and
+// it lands in member j's dst[(i*n+e)*dstStride]. Strides are at least
+// 1 and the same on every member.
+func AllToAllS[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], dstStride, srcStride, n int) error {
+	return allToAll(t, dst, src, dstStride, srcStride, n, true)
+}
+
+func allToAll[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], dstStride, srcStride, n int, strided bool) error {
+	var c call
+	if err := c.begin(t); err != nil {
+		return err
+	}
+	defer c.end()
+	k := kindOf[T]()
+	coll, what := uint64(collAllToAll), fmt.Sprintf("AllToAll of %d %v per pair", n, k)
+	if strided {
+		coll, what = collAllToAllS, fmt.Sprintf("AllToAllS of %d %v per pair, strides %d and %d", n, k, dstStride, srcStride)
+	}
+	c.fail(symCheck(&c, src, "src"))
+	c.fail(symCheck(&c, dst, "dst"))
+	if n < 0 || dstStride < 1 || srcStride < 1 {
+		c.fail(fmt.Errorf("collective: %s: %w", what, shmem.ErrInvalid))
+	}
+	if c.local == nil {
+		c.fail(stridedLen(src, n*c.n, srcStride, "src", what))
+		c.fail(stridedLen(dst, n*c.n, dstStride, "dst", what))
+	}
+	if c.local == nil && overlaps(dst, src) {
+		c.fail(fmt.Errorf("collective: %s: dst and src overlap: %w", what, shmem.ErrInvalid))
+	}
+	desc := digest(coll, uint64(k), uint64(n), uint64(dstStride), uint64(srcStride), uint64(c.algo))
+	if _, err := c.sync(desc, what); err != nil {
+		return err
+	}
+	sl := src.Local()
+	for s := 1; s <= c.n && n > 0; s++ {
+		j := (c.me + s) % c.n
+		w := c.world(j)
+		var err error
+		if !strided {
+			err = shmem.Put(dst.Slice(c.me*n, (c.me+1)*n), sl[j*n:(j+1)*n], w)
+		} else {
+			d := dst.Slice(c.me*n*dstStride, dst.Len())
+			err = shmem.IPut(d, dstStride, sl[j*n*srcStride:], srcStride, n, w)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := c.pe.Quiet(); err != nil {
+		return err
+	}
+	_, err := c.sync(desc, what)
+	return err
+}
+
+// stridedLen checks that s holds cnt elements spaced stride apart: the
+// last at (cnt-1)*stride, computed without overflow.
+func stridedLen[T shmem.Elem](s shmem.Sym[T], cnt, stride int, name, what string) error {
+	if cnt == 0 {
+		return nil
+	}
+	if cnt < 0 || cnt-1 > (math.MaxInt-1)/stride {
+		return fmt.Errorf("collective: %s: %s would need more than %d elements: %w", what, name, math.MaxInt, shmem.ErrOutOfBounds)
+	}
+	return lenCheck(s, (cnt-1)*stride+1, name, what)
+}

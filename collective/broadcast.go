@@ -1,0 +1,85 @@
+package collective
+
+import (
+	"fmt"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// Broadcast copies src of member root into dst on every member of t,
+// the root included: src.Len() elements, which must be the same on every
+// member, into a dst at least as long. Only the root's src is read. dst
+// and src may be the same object.
+func Broadcast[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], root int) error {
+	var c call
+	if err := c.begin(t); err != nil {
+		return err
+	}
+	defer c.end()
+	k := kindOf[T]()
+	n := src.Len()
+	what := fmt.Sprintf("Broadcast of %d %v from root %d", n, k, root)
+	c.fail(symCheck(&c, src, "src"))
+	c.fail(symCheck(&c, dst, "dst"))
+	if root < 0 || root >= c.n {
+		c.fail(fmt.Errorf("collective: %s of a %d-PE team: %w", what, c.n, shmem.ErrBadPE))
+	}
+	c.fail(lenCheck(dst, n, "dst", what))
+	desc := digest(collBroadcast, uint64(k), uint64(n), uint64(root), uint64(c.algo))
+	if c.local != nil {
+		_, err := c.sync(desc, what)
+		return err
+	}
+	if c.algo != algoDirect && n*sizeOf[T]() <= c.g.payloadCap() {
+		return broadcastRD(&c, dst, src, root, desc, what)
+	}
+	return broadcastDirect(&c, dst, src, root, desc, what)
+}
+
+// broadcastRD sends the root's data through recursive doubling over the
+// scratch: a message's header sum is 1 when its payload holds the data,
+// and a member without the data takes it from the first message that
+// has it. log2(n) message times, like a binomial tree, with no entry
+// handshake: no member writes another's dst.
+func broadcastRD[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int, desc uint64, what string) error {
+	n := src.Len()
+	sz := n * sizeOf[T]()
+	msg := newMsg(sz)
+	h := c.newHeader(desc)
+	if c.me == root {
+		h.sum = 1
+		copy(msg[hdrBytes:], bytesOf(src.Local()))
+	}
+	h.put(msg)
+	err := c.exchange(msg, func(in []byte) {
+		if readHeader(msg).sum == 0 && readHeader(in).sum != 0 {
+			copy(msg[hdrBytes:], in[hdrBytes:])
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.verdict(readHeader(msg), what); err != nil {
+		return err
+	}
+	if c.me != root || dst.Offset() != src.Offset() {
+		copy(dst.Local(), elems[T](msg[hdrBytes:], n))
+	}
+	return nil
+}
+
+// broadcastDirect: an entry exchange, then every member copies the
+// root's src straight into its own dst (over shared memory, from the
+// root's mapped heap: one copy per member, all at once), then an exit
+// exchange so the root's src is not reused while others read it.
+func broadcastDirect[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int, desc uint64, what string) error {
+	if _, err := c.sync(desc, what); err != nil {
+		return err
+	}
+	n := src.Len()
+	if err := fetchInto(dst.Local()[:n], src, 0, n, c.world(root)); err != nil {
+		return err
+	}
+	_, err := c.sync(desc, what)
+	return err
+}

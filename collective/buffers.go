@@ -1,0 +1,81 @@
+package collective
+
+import (
+	"fmt"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// symCheck validates a buffer argument: a live handle of the team's PE.
+func symCheck[T shmem.Elem](c *call, s shmem.Sym[T], name string) error {
+	if s.PE() != c.pe {
+		return fmt.Errorf("collective: %s is not a symmetric object of this PE: %w", name, shmem.ErrInvalid)
+	}
+	if s.Len() < 0 || s.Local() == nil && s.Len() > 0 {
+		return fmt.Errorf("collective: %s is out of range or freed: %w", name, shmem.ErrOutOfBounds)
+	}
+	return nil
+}
+
+// lenCheck fails when s has fewer than want elements.
+func lenCheck[T shmem.Elem](s shmem.Sym[T], want int, name, why string) error {
+	if s.Len() < want {
+		return fmt.Errorf("collective: %s has %d elements, %s needs %d: %w", name, s.Len(), why, want, shmem.ErrOutOfBounds)
+	}
+	return nil
+}
+
+// overlaps reports whether a and b share an element on this PE.
+func overlaps[T shmem.Elem](a, b shmem.Sym[T]) bool {
+	sz := uint64(sizeOf[T]())
+	if a.Len() <= 0 || b.Len() <= 0 {
+		return false
+	}
+	a0, a1 := a.Offset(), a.Offset()+uint64(a.Len())*sz
+	b0, b1 := b.Offset(), b.Offset()+uint64(b.Len())*sz
+	return a0 < b1 && b0 < a1
+}
+
+// fetch returns world PE w's elements [lo, hi) of s: a view of its
+// memory when its heap is mapped here (no copy), otherwise a copy read
+// into *buf, which grows as needed.
+func fetch[T shmem.Elem](s shmem.Sym[T], lo, hi, w int, buf *[]T) ([]T, error) {
+	if p := shmem.Ptr(s, w); p != nil {
+		return p[lo:hi], nil
+	}
+	if cap(*buf) < hi-lo {
+		*buf = make([]T, hi-lo)
+	}
+	b := (*buf)[:hi-lo]
+	if len(b) == 0 {
+		return b, nil
+	}
+	return b, shmem.Get(b, s.Slice(lo, hi), w)
+}
+
+// fetchInto copies world PE w's elements [lo, hi) of s into d.
+func fetchInto[T shmem.Elem](d []T, s shmem.Sym[T], lo, hi, w int) error {
+	if p := shmem.Ptr(s, w); p != nil {
+		copyElems(d, p[lo:hi])
+		return nil
+	}
+	if hi == lo {
+		return nil
+	}
+	return shmem.Get(d[:hi-lo], s.Slice(lo, hi), w)
+}
+
+// copyElems is copy that skips a copy onto itself (in place).
+func copyElems[T any](d, s []T) {
+	if len(d) == 0 || len(s) == 0 || &d[0] == &s[0] {
+		return
+	}
+	copy(d, s)
+}
+
+// newMsg returns a zeroed message buffer of hdrBytes+payload bytes,
+// 8-byte aligned (enough for every element type).
+func newMsg(payload int) []byte {
+	w := make([]uint64, (hdrBytes+payload+7)/8)
+	return bytesOf(w)[:hdrBytes+payload]
+}

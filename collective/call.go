@@ -1,0 +1,298 @@
+package collective
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// call is one collective call of this PE on a team, between
+// BeginCollective and EndCollective.
+type call struct {
+	t     *shmem.Team
+	pe    *shmem.PE
+	n, me int // team size, this PE's team index
+	g     geometry
+	words shmem.Sym[uint64]
+	bytes shmem.Sym[uint8]
+	lw    []uint64 // words.Local()
+	lb    []byte   // bytes.Local()
+	algo  algo
+	// local is this PE's own argument error, if any; the call still
+	// takes part in the entry exchange so the others learn of it.
+	local error
+}
+
+func (c *call) begin(t *shmem.Team) error {
+	if err := t.BeginCollective(); err != nil {
+		return err
+	}
+	c.t, c.pe = t, t.PE()
+	c.n, c.me = t.NPEs(), t.MyPE()
+	c.words, c.bytes = t.CollectiveWords(), t.CollectiveBytes()
+	c.lw, c.lb = c.words.Local(), c.bytes.Local()
+	c.g = newGeometry(c.n, len(c.lb))
+	if c.g.rounds > maxRounds || c.lw == nil || c.lb == nil {
+		t.EndCollective()
+		return fmt.Errorf("collective: a team of %d PEs: at most %d are supported: %w", c.n, 1<<(maxRounds+1)-1, shmem.ErrInvalid)
+	}
+	var err error
+	c.algo, err = algoFromEnv()
+	c.fail(err)
+	return nil
+}
+
+func (c *call) end() { c.t.EndCollective() }
+
+// fail records this PE's first argument error.
+func (c *call) fail(err error) {
+	if c.local == nil {
+		c.local = err
+	}
+}
+
+// world is the world PE number of team member j.
+func (c *call) world(j int) int { return c.t.WorldPE(j) }
+
+// The algorithms GOSHMEM_COLLECTIVE_ALGO may force.
+type algo uint8
+
+const (
+	algoAuto   algo = iota // by size: recursive doubling when the vector fits the scratch
+	algoRD                 // recursive doubling whenever the vector fits the scratch
+	algoDirect             // never recursive doubling: reduce-scatter + allgather by direct reads
+	algoRing               // ring reduce-scatter + allgather for Reduce and AllReduce
+)
+
+const envAlgo = "GOSHMEM_COLLECTIVE_ALGO"
+
+// algoFromEnv reads GOSHMEM_COLLECTIVE_ALGO. It is read at every call,
+// not cached, so a program may change it between calls; every PE of a
+// team must see the same value when it calls (the value is part of the
+// call's descriptor, so PEs that differ all get ErrAsymmetric).
+func algoFromEnv() (algo, error) {
+	switch v := os.Getenv(envAlgo); v {
+	case "", "auto":
+		return algoAuto, nil
+	case "rd":
+		return algoRD, nil
+	case "direct":
+		return algoDirect, nil
+	case "ring":
+		return algoRing, nil
+	default:
+		return algoAuto, fmt.Errorf("collective: %s=%q: want auto, rd, direct or ring: %w", envAlgo, v, shmem.ErrInvalid)
+	}
+}
+
+// The collectives, as they appear in a call's descriptor.
+const (
+	collBroadcast = 1 + iota
+	collReduce
+	collAllReduce
+	collInScan
+	collExScan
+	collFCollect
+	collCollect
+	collAllToAll
+	collAllToAllS
+)
+
+// A descriptor is a 64-bit digest of a call's arguments that must agree
+// on every member. A member whose own arguments are wrong sends one of
+// the small codes below instead; valid digests have the top bit set, so
+// the minimum over the team is a code whenever any member is wrong.
+const (
+	codeInvalid     = 1 // shmem.ErrInvalid
+	codeOutOfBounds = 2 // shmem.ErrOutOfBounds
+	codeBadPE       = 3 // shmem.ErrBadPE
+	validBit        = 1 << 63
+)
+
+func digest(fields ...uint64) uint64 {
+	h := uint64(14695981039346656037)
+	for _, f := range fields {
+		h ^= f
+		h *= 1099511628211
+		h ^= h >> 29
+	}
+	return h | validBit
+}
+
+// header is the first 32 bytes of every exchange message: what the
+// members learn about each other's calls. Merging takes the minimum and
+// maximum of the descriptor (equal on every member iff all agree), the
+// minimum of aux and the sum of sum, over every member exactly once.
+type header struct {
+	minDesc, maxDesc, minAux, sum uint64
+}
+
+func (h *header) merge(o header) {
+	h.minDesc = min(h.minDesc, o.minDesc)
+	h.maxDesc = max(h.maxDesc, o.maxDesc)
+	h.minAux = min(h.minAux, o.minAux)
+	h.sum += o.sum
+}
+
+func (h header) put(b []byte) {
+	binary.LittleEndian.PutUint64(b[0:], h.minDesc)
+	binary.LittleEndian.PutUint64(b[8:], h.maxDesc)
+	binary.LittleEndian.PutUint64(b[16:], h.minAux)
+	binary.LittleEndian.PutUint64(b[24:], h.sum)
+}
+
+func readHeader(b []byte) header {
+	return header{
+		minDesc: binary.LittleEndian.Uint64(b[0:]),
+		maxDesc: binary.LittleEndian.Uint64(b[8:]),
+		minAux:  binary.LittleEndian.Uint64(b[16:]),
+		sum:     binary.LittleEndian.Uint64(b[24:]),
+	}
+}
+
+// newHeader is this member's header for a call with descriptor desc.
+func (c *call) newHeader(desc uint64) header {
+	if c.local != nil {
+		desc = codeOf(c.local)
+	}
+	return header{minDesc: desc, maxDesc: desc, minAux: math.MaxUint64}
+}
+
+func codeOf(err error) uint64 {
+	switch {
+	case errors.Is(err, shmem.ErrOutOfBounds):
+		return codeOutOfBounds
+	case errors.Is(err, shmem.ErrBadPE):
+		return codeBadPE
+	}
+	return codeInvalid
+}
+
+// verdict turns the merged header of an entry exchange into the call's
+// outcome, the same on every member: nil when every member's arguments
+// were valid and agree.
+func (c *call) verdict(h header, what string) error {
+	if c.local != nil {
+		return c.local
+	}
+	if h.minDesc == h.maxDesc && h.minDesc&validBit != 0 {
+		return nil
+	}
+	switch h.minDesc {
+	case codeOutOfBounds:
+		return fmt.Errorf("collective: %s on a %d-PE team: another member's buffer is too small: %w", what, c.n, shmem.ErrOutOfBounds)
+	case codeBadPE:
+		return fmt.Errorf("collective: %s on a %d-PE team: another member named a root outside the team: %w", what, c.n, shmem.ErrBadPE)
+	case codeInvalid:
+		return fmt.Errorf("collective: %s on a %d-PE team: another member's arguments are invalid: %w", what, c.n, shmem.ErrInvalid)
+	}
+	return fmt.Errorf("collective: %s on a %d-PE team: members passed different counts, roots, operators, element types or algorithms: %w",
+		what, c.n, shmem.ErrAsymmetric)
+}
+
+// exchange is one recursive-doubling exchange over the team. msg holds
+// this member's header (first hdrBytes) and payload; on return it holds
+// the merged header and the payload as merge left it. merge is called
+// with each message received (header and payload, as long as msg) and
+// must fold its payload into msg's; it sees msg's header before the
+// received one is merged in. merge may be nil for header-only messages.
+//
+// The exchange is also a barrier: it returns only after every member has
+// started it. It touches no user buffer, so it needs no entry handshake:
+// a message for exchange k goes to a buffer of parity k%2 that its
+// receiver last read in exchange k-2, and the sender has since received
+// the receiver's message of exchange k-1, which the receiver sent after
+// finishing k-2.
+func (c *call) exchange(msg []byte, merge func(in []byte)) error {
+	g := c.g
+	if g.n == 1 {
+		return nil
+	}
+	if len(msg) > g.slotBytes {
+		panic(fmt.Sprintf("collective: a %d-byte message for %d-byte buffers", len(msg), g.slotBytes))
+	}
+	k := c.lw[wordSeq] + 1
+	c.lw[wordSeq] = k
+	par := int(k % 2)
+	me := c.me
+	if me >= g.p2 { // an extra: hand in, get the result
+		if err := c.send(msg, me-g.p2, par, slotPre, k); err != nil {
+			return err
+		}
+		in, err := c.recv(par, slotPost, k, len(msg))
+		if err != nil {
+			return err
+		}
+		copy(msg, in)
+		return nil
+	}
+	if me < g.rem {
+		in, err := c.recv(par, slotPre, k, len(msg))
+		if err != nil {
+			return err
+		}
+		c.fold(msg, in, merge)
+	}
+	for r := 0; r < g.rounds; r++ {
+		partner := me ^ (1 << r)
+		if err := c.send(msg, partner, par, slotRound+r, k); err != nil {
+			return err
+		}
+		in, err := c.recv(par, slotRound+r, k, len(msg))
+		if err != nil {
+			return err
+		}
+		c.fold(msg, in, merge)
+	}
+	if me < g.rem {
+		return c.send(msg, me+g.p2, par, slotPost, k)
+	}
+	return nil
+}
+
+func (c *call) fold(msg, in []byte, merge func([]byte)) {
+	if merge != nil {
+		merge(in)
+	}
+	h := readHeader(msg)
+	h.merge(readHeader(in))
+	h.put(msg)
+}
+
+// send puts msg into team member j's buffer (par, slot) and signals it.
+func (c *call) send(msg []byte, j, par, slot int, k uint64) error {
+	off := c.g.bufOff(par, slot)
+	sw := sigWord(par, slot)
+	return shmem.PutSignal(c.bytes.Slice(off, off+len(msg)), msg, c.words.Slice(sw, sw+1), k, shmem.SignalSet, c.world(j))
+}
+
+// recv waits for this member's buffer (par, slot) of exchange k and
+// returns its first n bytes.
+func (c *call) recv(par, slot int, k uint64, n int) ([]byte, error) {
+	if err := shmem.WaitUntil(c.words, sigWord(par, slot), shmem.CmpGE, k); err != nil {
+		return nil, err
+	}
+	off := c.g.bufOff(par, slot)
+	return c.lb[off : off+n], nil
+}
+
+// sync is a header-only exchange that also checks agreement: the entry
+// or exit step of the algorithms that touch other members' buffers.
+func (c *call) sync(desc uint64, what string) (header, error) {
+	var b [hdrBytes]byte
+	h := c.newHeader(desc)
+	return c.syncHeader(b[:], h, what)
+}
+
+func (c *call) syncHeader(b []byte, h header, what string) (header, error) {
+	h.put(b)
+	if err := c.exchange(b, nil); err != nil {
+		return h, err
+	}
+	h = readHeader(b)
+	return h, c.verdict(h, what)
+}

@@ -1,0 +1,193 @@
+package collective
+
+import (
+	"math"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// The element loops of the reductions. combine dispatches on the machine
+// type once per call, so each loop below is a plain typed loop the
+// compiler vectorises where it can. The loops are written d = a op b
+// with d allowed to alias a or b (in place): each element is read
+// before it is written.
+
+type integer interface {
+	~int8 | ~int16 | ~int32 | ~int64 | ~uint8 | ~uint16 | ~uint32 | ~uint64
+}
+
+type float interface{ ~float32 | ~float64 }
+
+type cplx interface{ ~complex64 | ~complex128 }
+
+// combine sets d[i] = a[i] op b[i] for every i of d; a and b are at
+// least as long. op is valid for k (opCheck).
+func combine[T shmem.Elem](k kind, op Op, d, a, b []T) {
+	switch k {
+	case kInt8:
+		intLoop(op, cast[int8](d), cast[int8](a), cast[int8](b))
+	case kInt16:
+		intLoop(op, cast[int16](d), cast[int16](a), cast[int16](b))
+	case kInt32:
+		intLoop(op, cast[int32](d), cast[int32](a), cast[int32](b))
+	case kInt64:
+		intLoop(op, cast[int64](d), cast[int64](a), cast[int64](b))
+	case kUint8:
+		intLoop(op, cast[uint8](d), cast[uint8](a), cast[uint8](b))
+	case kUint16:
+		intLoop(op, cast[uint16](d), cast[uint16](a), cast[uint16](b))
+	case kUint32:
+		intLoop(op, cast[uint32](d), cast[uint32](a), cast[uint32](b))
+	case kUint64:
+		intLoop(op, cast[uint64](d), cast[uint64](a), cast[uint64](b))
+	case kFloat32:
+		floatLoop(op, cast[float32](d), cast[float32](a), cast[float32](b))
+	case kFloat64:
+		floatLoop(op, cast[float64](d), cast[float64](a), cast[float64](b))
+	case kComplex64:
+		cplxLoop(op, cast[complex64](d), cast[complex64](a), cast[complex64](b))
+	case kComplex128:
+		cplxLoop(op, cast[complex128](d), cast[complex128](a), cast[complex128](b))
+	default:
+		panic("collective: combine on an unknown element kind")
+	}
+}
+
+func intLoop[U integer](op Op, d, a, b []U) {
+	a, b = a[:len(d)], b[:len(d)]
+	switch op {
+	case Sum:
+		for i := range d {
+			d[i] = a[i] + b[i]
+		}
+	case Prod:
+		for i := range d {
+			d[i] = a[i] * b[i]
+		}
+	case Min:
+		for i := range d {
+			d[i] = min(a[i], b[i])
+		}
+	case Max:
+		for i := range d {
+			d[i] = max(a[i], b[i])
+		}
+	case And:
+		for i := range d {
+			d[i] = a[i] & b[i]
+		}
+	case Or:
+		for i := range d {
+			d[i] = a[i] | b[i]
+		}
+	case Xor:
+		for i := range d {
+			d[i] = a[i] ^ b[i]
+		}
+	default:
+		panic("collective: integer loop for " + op.String())
+	}
+}
+
+func floatLoop[U float](op Op, d, a, b []U) {
+	a, b = a[:len(d)], b[:len(d)]
+	switch op {
+	case Sum:
+		for i := range d {
+			d[i] = a[i] + b[i]
+		}
+	case Prod:
+		for i := range d {
+			d[i] = a[i] * b[i]
+		}
+	case Min:
+		for i := range d {
+			d[i] = min(a[i], b[i])
+		}
+	case Max:
+		for i := range d {
+			d[i] = max(a[i], b[i])
+		}
+	default:
+		panic("collective: floating-point loop for " + op.String())
+	}
+}
+
+func cplxLoop[U cplx](op Op, d, a, b []U) {
+	a, b = a[:len(d)], b[:len(d)]
+	switch op {
+	case Sum:
+		for i := range d {
+			d[i] = a[i] + b[i]
+		}
+	case Prod:
+		for i := range d {
+			d[i] = a[i] * b[i]
+		}
+	default:
+		panic("collective: complex loop for " + op.String())
+	}
+}
+
+// fillIdentity sets every element of d to the identity of op: the value
+// x with x op y == y for every y.
+func fillIdentity[T shmem.Elem](k kind, op Op, d []T) {
+	switch k {
+	case kInt8:
+		fill(cast[int8](d), intIdentity[int8](op, math.MinInt8, math.MaxInt8))
+	case kInt16:
+		fill(cast[int16](d), intIdentity[int16](op, math.MinInt16, math.MaxInt16))
+	case kInt32:
+		fill(cast[int32](d), intIdentity[int32](op, math.MinInt32, math.MaxInt32))
+	case kInt64:
+		fill(cast[int64](d), intIdentity[int64](op, math.MinInt64, math.MaxInt64))
+	case kUint8:
+		fill(cast[uint8](d), intIdentity[uint8](op, 0, math.MaxUint8))
+	case kUint16:
+		fill(cast[uint16](d), intIdentity[uint16](op, 0, math.MaxUint16))
+	case kUint32:
+		fill(cast[uint32](d), intIdentity[uint32](op, 0, math.MaxUint32))
+	case kUint64:
+		fill(cast[uint64](d), intIdentity[uint64](op, 0, math.MaxUint64))
+	case kFloat32:
+		fill(cast[float32](d), float32(floatIdentity(op)))
+	case kFloat64:
+		fill(cast[float64](d), floatIdentity(op))
+	case kComplex64:
+		fill(cast[complex64](d), complex64(complex(floatIdentity(op), 0)))
+	case kComplex128:
+		fill(cast[complex128](d), complex(floatIdentity(op), 0))
+	}
+}
+
+func intIdentity[U integer](op Op, lo, hi U) U {
+	switch op {
+	case Prod:
+		return 1
+	case Min:
+		return hi
+	case Max:
+		return lo
+	case And:
+		return ^U(0)
+	}
+	return 0 // Sum, Or, Xor
+}
+
+func floatIdentity(op Op) float64 {
+	switch op {
+	case Prod:
+		return 1
+	case Min:
+		return math.Inf(1)
+	case Max:
+		return math.Inf(-1)
+	}
+	return 0
+}
+
+func fill[U any](d []U, v U) {
+	for i := range d {
+		d[i] = v
+	}
+}

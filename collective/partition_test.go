@@ -1,0 +1,117 @@
+package collective
+
+import (
+	"math/bits"
+	"testing"
+)
+
+// partition covers [0, n) exactly once with contiguous chunks in order
+// whose sizes differ by at most one, for every length and team size,
+// lengths below the team size included.
+func TestPartition(t *testing.T) {
+	for parts := 1; parts <= 17; parts++ {
+		for n := 0; n <= 3*parts+5; n++ {
+			next, smallest, largest := 0, n, 0
+			for i := range parts {
+				lo, hi := partition(n, parts, i)
+				if lo != next || hi < lo {
+					t.Fatalf("partition(%d, %d, %d) = [%d, %d), want it to start at %d", n, parts, i, lo, hi, next)
+				}
+				next = hi
+				smallest, largest = min(smallest, hi-lo), max(largest, hi-lo)
+			}
+			if next != n {
+				t.Fatalf("partition(%d, %d, ·) ends at %d", n, parts, next)
+			}
+			if largest-smallest > 1 {
+				t.Fatalf("partition(%d, %d, ·): chunk sizes %d..%d", n, parts, smallest, largest)
+			}
+		}
+	}
+	if lo, hi := partition(1<<40+3, 7, 6); hi != 1<<40+3 || hi-lo != (1<<40+3)/7 {
+		t.Fatalf("partition of 2^40+3 by 7: last chunk [%d, %d)", lo, hi)
+	}
+}
+
+// Driving the ring schedule step by step: every member's view of every
+// chunk is the set of contributions folded into it (a bit mask). In each
+// step a member receives from its left neighbour exactly the chunk the
+// neighbour sends; in the reduce-scatter it folds its own contribution
+// in, in the allgather it takes the finished chunk. At the end every
+// member holds every chunk with every contribution exactly once.
+func TestRingSchedule(t *testing.T) {
+	for parts := 1; parts <= 9; parts++ {
+		full := uint64(1)<<parts - 1
+		have := make([][]uint64, parts) // have[m][c]: contributions in member m's copy of chunk c
+		for m := range have {
+			have[m] = make([]uint64, parts)
+			for c := range have[m] {
+				have[m][c] = 1 << m
+			}
+		}
+		for s := 0; s < 2*(parts-1); s++ {
+			next := make([][]uint64, parts)
+			for m := range parts {
+				next[m] = append([]uint64(nil), have[m]...)
+				left := (m + parts - 1) % parts
+				lsend, _ := ringStep(parts, left, s)
+				_, recv := ringStep(parts, m, s)
+				if lsend != recv {
+					t.Fatalf("%d members, step %d: member %d receives chunk %d, its left neighbour sends %d", parts, s, m, recv, lsend)
+				}
+				if s > 0 && s != parts-1 {
+					if send, _ := ringStep(parts, m, s); true {
+						_, prev := ringStep(parts, m, s-1)
+						if send != prev {
+							t.Fatalf("%d members, step %d: member %d sends chunk %d, received %d before", parts, s, m, send, prev)
+						}
+					}
+				}
+				in := have[left][recv]
+				if s < parts-1 {
+					if in&(1<<m) != 0 || bits.OnesCount64(in) != s+1 {
+						t.Fatalf("%d members, step %d: member %d gets chunk %d with contributions %b", parts, s, m, recv, in)
+					}
+					next[m][recv] = in | 1<<m
+				} else {
+					if in != full {
+						t.Fatalf("%d members, allgather step %d: member %d gets unfinished chunk %d (%b)", parts, s, m, recv, in)
+					}
+					next[m][recv] = in
+				}
+			}
+			have = next
+			if s == parts-2 {
+				for m := range parts {
+					if have[m][m] != full {
+						t.Fatalf("%d members: after the reduce-scatter member %d's chunk is %b", parts, m, have[m][m])
+					}
+				}
+			}
+		}
+		for m := range parts {
+			for c := range parts {
+				if have[m][c] != full {
+					t.Fatalf("%d members: at the end member %d's chunk %d is %b", parts, m, c, have[m][c])
+				}
+			}
+		}
+	}
+}
+
+// The recursive-doubling geometry fits the scratch for every team size
+// the package takes, with room for at least the header.
+func TestGeometry(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 16, 100, 1 << 14, 1<<15 - 1} {
+		g := newGeometry(n, 1216)
+		if g.p2 > n || 2*g.p2 <= n || g.p2+g.rem != n || g.rounds > maxRounds {
+			t.Fatalf("geometry(%d) = %+v", n, g)
+		}
+		if g.payloadCap() < 0 || g.bufOff(1, g.rounds+1)+g.slotBytes > 1216 || g.slotBytes%16 != 0 {
+			t.Fatalf("geometry(%d): %d-byte buffers do not fit", n, g.slotBytes)
+		}
+	}
+	if g := newGeometry(4, 1216); g.payloadCap() < 64 {
+		t.Fatalf("a 4-PE team's messages carry %d bytes", g.payloadCap())
+	}
+}

@@ -1,0 +1,235 @@
+package collective
+
+import (
+	"fmt"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// AllReduce sets dst[i], on every member of t, to src[i] of member 0 op
+// src[i] of member 1 op ... for i < src.Len(). Every member passes the
+// same op and a src of the same length; dst must have at least as many
+// elements (the rest is left alone). dst and src may be the same object.
+func AllReduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op) error {
+	return reduce(t, dst, src, op, -1)
+}
+
+// Reduce is AllReduce with the result written on member root only; the
+// other members' dst are left alone.
+func Reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int) error {
+	if root < 0 {
+		root = -2 // not "every member"; refused below as a bad root
+	}
+	return reduce(t, dst, src, op, root)
+}
+
+// reduce is Reduce to root, or AllReduce for root -1.
+func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int) error {
+	var c call
+	if err := c.begin(t); err != nil {
+		return err
+	}
+	defer c.end()
+	k := kindOf[T]()
+	n := src.Len()
+	coll, what := uint64(collAllReduce), "AllReduce"
+	if root != -1 {
+		coll, what = collReduce, "Reduce"
+	}
+	what = fmt.Sprintf("%s(%v) of %d %v", what, op, n, k)
+	c.fail(opCheck(op, k))
+	c.fail(symCheck(&c, src, "src"))
+	c.fail(symCheck(&c, dst, "dst"))
+	if root != -1 && (root < 0 || root >= c.n) {
+		c.fail(fmt.Errorf("collective: %s to root %d of a %d-PE team: %w", what, root, c.n, shmem.ErrBadPE))
+	}
+	c.fail(lenCheck(dst, n, "dst", what))
+	desc := digest(coll, uint64(op), uint64(k), uint64(n), uint64(root), uint64(c.algo))
+	if c.local != nil {
+		_, err := c.sync(desc, what)
+		return err
+	}
+	sz := n * sizeOf[T]()
+	switch {
+	case c.algo != algoDirect && c.algo != algoRing && sz <= c.g.payloadCap():
+		return reduceRD(&c, k, dst, src, op, root, desc, what)
+	case c.algo == algoRing && c.n > 2:
+		return reduceRing(&c, k, dst, src, op, root, desc, what)
+	}
+	return reduceDirect(&c, k, dst, src, op, root, desc, what)
+}
+
+// reduceRD is recursive doubling over the team's scratch: every member
+// sends its partial result to its round-r partner, whose buffer it never
+// reads; the result lands in this member's dst only. For vectors that
+// fit one message (payloadCap bytes).
+func reduceRD[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int, desc uint64, what string) error {
+	n := src.Len()
+	msg := newMsg(n * sizeOf[T]())
+	c.newHeader(desc).put(msg)
+	acc := elems[T](msg[hdrBytes:], n)
+	copy(acc, src.Local())
+	err := c.exchange(msg, func(in []byte) {
+		combine(k, op, acc, acc, elems[T](in[hdrBytes:], n))
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.verdict(readHeader(msg), what); err != nil {
+		return err
+	}
+	if root < 0 || c.me == root {
+		copy(dst.Local(), acc)
+	}
+	return nil
+}
+
+// reduceDirect is a reduce-scatter and an allgather by direct reads: an
+// entry exchange (every member is inside the call, so its src is stable
+// and its dst may be written); each member reduces chunk me of the
+// partition straight from every member's src (over shared memory, the
+// peers' mapped heaps, with no staging copy) into its dst (AllReduce) or
+// the root's (Reduce); a middle exchange; each member copies the other
+// chunks from their owners' dst (AllReduce); an exit exchange, after
+// which nobody reads or writes this member's buffers.
+//
+// In place (dst == src) works: a member writes only its own chunk before
+// the middle exchange, and that chunk of its src is read by itself
+// alone, element by element, with the aliasing source folded in first.
+func reduceDirect[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int, desc uint64, what string) error {
+	if _, err := c.sync(desc, what); err != nil {
+		return err
+	}
+	n := src.Len()
+	lo, hi := partition(n, c.n, c.me)
+	var d []T
+	toRoot := false // the root's dst is remote: reduce here, then put
+	start := c.me
+	switch {
+	case root < 0:
+		d = dst.Local()[lo:hi]
+	case shmem.Ptr(dst, c.world(root)) != nil:
+		d = shmem.Ptr(dst, c.world(root))[lo:hi]
+		start = root
+	default:
+		d = make([]T, hi-lo)
+		toRoot = true
+		start = root
+	}
+	if err := reduceChunk(c, k, op, d, src, lo, hi, start); err != nil {
+		return err
+	}
+	if toRoot {
+		if err := shmem.Put(dst.Slice(lo, hi), d, c.world(root)); err != nil {
+			return err
+		}
+		if err := c.pe.Quiet(); err != nil {
+			return err
+		}
+	}
+	if root < 0 {
+		if _, err := c.sync(desc, what); err != nil {
+			return err
+		}
+		dl := dst.Local()
+		for s := 1; s < c.n; s++ {
+			j := (c.me + s) % c.n
+			jlo, jhi := partition(n, c.n, j)
+			if err := fetchInto(dl[jlo:jhi], dst, jlo, jhi, c.world(j)); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := c.sync(desc, what)
+	return err
+}
+
+// reduceChunk sets d to the reduction of elements [lo, hi) of every
+// member's src, folding member start's in first (d may alias it).
+func reduceChunk[T shmem.Elem](c *call, k kind, op Op, d []T, src shmem.Sym[T], lo, hi, start int) error {
+	var b0, b1 []T
+	first, err := fetch(src, lo, hi, c.world(start), &b0)
+	if err != nil {
+		return err
+	}
+	if c.n == 1 {
+		copyElems(d, first)
+		return nil
+	}
+	for s := 1; s < c.n; s++ {
+		v, err := fetch(src, lo, hi, c.world((start+s)%c.n), &b1)
+		if err != nil {
+			return err
+		}
+		if s == 1 {
+			combine(k, op, d, first, v)
+		} else {
+			combine(k, op, d, d, v)
+		}
+	}
+	return nil
+}
+
+// reduceRing is the ring reduce-scatter + allgather of ringStep, for
+// AllReduce on teams of three or more: between the entry and exit
+// exchanges, 2(n-1) steps in each of which a member reads one chunk
+// from its left neighbour (the neighbour's src in step 0, its dst
+// after) and then tells its right neighbour, through the wordRingIn
+// word, that it may read. Each member reads only from its left
+// neighbour, so every link carries the same 2(n-1)/n of the vector; over
+// shared memory the direct algorithm, with three exchanges in all, is
+// faster.
+//
+// A chunk a member reads from its left neighbour's dst is not written
+// again by that neighbour until the chunk has gone round the ring and
+// been finished by its owner, which needs this member's own step; in
+// place, the chunk of src a member reads in step 0 (member left-1's) is
+// one its left neighbour writes only in the allgather.
+func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int, desc uint64, what string) error {
+	if root >= 0 {
+		// The ring keeps partial results in every member's dst, which
+		// Reduce must leave alone off the root.
+		return reduceDirect(c, k, dst, src, op, root, desc, what)
+	}
+	if _, err := c.sync(desc, what); err != nil {
+		return err
+	}
+	n, np := src.Len(), c.n
+	base := c.lw[wordRingSeq]
+	steps := 2 * (np - 1)
+	c.lw[wordRingSeq] = base + uint64(steps)
+	left, right := c.world((c.me+np-1)%np), c.world((c.me+1)%np)
+	dl, sl := dst.Local(), src.Local()
+	var buf []T
+	for s := 0; s < steps; s++ {
+		if s > 0 {
+			if err := shmem.WaitUntil(c.words, wordRingIn, shmem.CmpGE, base+uint64(s)); err != nil {
+				return err
+			}
+		}
+		_, ch := ringStep(np, c.me, s)
+		lo, hi := partition(n, np, ch)
+		if s < np-1 {
+			from := dst
+			if s == 0 {
+				from = src
+			}
+			v, err := fetch(from, lo, hi, left, &buf)
+			if err != nil {
+				return err
+			}
+			combine(k, op, dl[lo:hi], v, sl[lo:hi])
+		} else if err := fetchInto(dl[lo:hi], dst, lo, hi, left); err != nil {
+			return err
+		}
+		// The last step's signal would have no reader: leave it out, so
+		// every signal is awaited inside the call.
+		if s < steps-1 {
+			if err := shmem.AtomicSet(c.words, wordRingIn, base+uint64(s)+1, right); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := c.sync(desc, what)
+	return err
+}

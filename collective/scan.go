@@ -1,0 +1,74 @@
+package collective
+
+import (
+	"fmt"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// InScan sets dst[i] on member j to src[i] of member 0 op ... op src[i]
+// of member j (an inclusive prefix reduction, OpenSHMEM 1.6). Arguments
+// as for AllReduce; dst and src may be the same object.
+func InScan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op) error {
+	return scan(t, dst, src, op, true)
+}
+
+// ExScan is InScan without member j's own src: dst[i] on member j is the
+// reduction over members 0..j-1, and on member 0 the identity of op (0
+// for Sum, Or and Xor, 1 for Prod, all ones for And, the largest value
+// of the type for Min and the smallest for Max, ±Inf for floats).
+func ExScan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op) error {
+	return scan(t, dst, src, op, false)
+}
+
+// scan: an entry exchange; member j folds the src of members 0..j (or
+// 0..j-1), read straight from their heaps where mapped, into a private
+// buffer; an exit exchange, after which nobody reads this member's src,
+// so the result may go into dst even in place.
+func scan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, inclusive bool) error {
+	var c call
+	if err := c.begin(t); err != nil {
+		return err
+	}
+	defer c.end()
+	k := kindOf[T]()
+	n := src.Len()
+	coll, what := uint64(collInScan), fmt.Sprintf("InScan(%v) of %d %v", op, n, k)
+	if !inclusive {
+		coll, what = collExScan, fmt.Sprintf("ExScan(%v) of %d %v", op, n, k)
+	}
+	c.fail(opCheck(op, k))
+	c.fail(symCheck(&c, src, "src"))
+	c.fail(symCheck(&c, dst, "dst"))
+	c.fail(lenCheck(dst, n, "dst", what))
+	desc := digest(coll, uint64(op), uint64(k), uint64(n), uint64(c.algo))
+	if _, err := c.sync(desc, what); err != nil {
+		return err
+	}
+	last := c.me // members 0..last are folded in
+	if !inclusive {
+		last--
+	}
+	acc := make([]T, n)
+	if last < 0 {
+		fillIdentity(k, op, acc)
+	} else {
+		var buf []T
+		for j := 0; j <= last; j++ {
+			v, err := fetch(src, 0, n, c.world(j), &buf)
+			if err != nil {
+				return err
+			}
+			if j == 0 {
+				copy(acc, v)
+			} else {
+				combine(k, op, acc, acc, v)
+			}
+		}
+	}
+	if _, err := c.sync(desc, what); err != nil {
+		return err
+	}
+	copy(dst.Local(), acc)
+	return nil
+}

@@ -1,0 +1,99 @@
+package shmem
+
+import (
+	"fmt"
+
+	"github.com/goshmem/goshmem/heap"
+)
+
+// The collective area of a team slot: the last 1536 bytes of each
+// member's team slot (heap.TeamSlotSize), which the runtime itself does
+// not use. The collective package owns its layout (collective/area.go);
+// shmem only hands it out, serialises its users and zeroes it when the
+// slot is released, so a team created later on the same slot starts from
+// zero on every member.
+//
+//	offset in the slot   width   meaning
+//	2560                 1536    collective area: CollectiveWords, then CollectiveBytes
+const (
+	collAreaOff   = heap.TeamScratchOff + heap.TeamScratchLen // 2560
+	collAreaLen   = heap.TeamSlotSize - collAreaOff           // 1536
+	collWordCount = 40                                        // the first 320 bytes are words
+)
+
+// collArea is the block behind the handles on a team's collective area.
+// It is not in the allocator's heap and is never freed: the slot is
+// reserved for the lifetime of the segment.
+func (t *Team) collBlock() *block {
+	off := heap.TeamSlotOff(t.slot) + collAreaOff
+	return &block{pe: t.pe, off: off, size: collAreaLen}
+}
+
+// CollectiveWords is the team's collective control words: 40 uint64 at
+// the same offset on every member, zero when the team is created. Only
+// the collective package should use them; every member of a team sees
+// its own copy, and other members reach it through the usual RMA,
+// atomic and wait calls with their world PE numbers.
+func (t *Team) CollectiveWords() Sym[uint64] {
+	b := t.collBlock()
+	return Sym[uint64]{b: b, off: b.off, n: collWordCount}
+}
+
+// CollectiveBytes is the team's collective scratch: the 1216 bytes of
+// the collective area after CollectiveWords, 64-byte aligned, zero when
+// the team is created. Like CollectiveWords it is for the collective
+// package only.
+func (t *Team) CollectiveBytes() Sym[uint8] {
+	b := t.collBlock()
+	return Sym[uint8]{b: b, off: b.off + 8*collWordCount, n: collAreaLen - 8*collWordCount}
+}
+
+// BeginCollective starts one collective call of this PE on the team: it
+// takes the team's lock, which orders the call against this PE's other
+// goroutines' collectives, Split, Split2D and Destroy on the team (Sync
+// waits too), and fails if the team is destroyed or the PE finalized or
+// broken. On success the caller must call EndCollective once, from the
+// same call; it must not call Sync, Split or Destroy on t in between.
+func (t *Team) BeginCollective() error {
+	if t == nil {
+		return fmt.Errorf("shmem: collective on a nil team: %w", ErrInvalid)
+	}
+	if err := t.pe.alive(); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	if t.destroyed.Load() {
+		t.mu.Unlock()
+		return fmt.Errorf("shmem: team (slot %d) is destroyed: %w", t.slot, ErrFinalized)
+	}
+	return nil
+}
+
+// EndCollective ends the call BeginCollective started.
+func (t *Team) EndCollective() { t.mu.Unlock() }
+
+// PE is the PE the team belongs to.
+func (t *Team) PE() *PE {
+	if t == nil {
+		return nil
+	}
+	return t.pe
+}
+
+// WorldPE is the world PE number of member i of the team (Translate to
+// the world team without the search), or -1 when i is not a member.
+func (t *Team) WorldPE(i int) int {
+	if t == nil || uint(i) >= uint(len(t.members)) {
+		return -1
+	}
+	return t.members[i]
+}
+
+// clearCollective zeroes this member's collective area of slot s when
+// the slot is released. Every message of the team's last collective has
+// arrived: each is awaited by its receiver inside the call, and Destroy
+// met every member after their last call.
+func (pe *PE) clearCollective(s int) {
+	off := heap.TeamSlotOff(s) + collAreaOff
+	clear(pe.mem[off : off+collAreaLen])
+}
