@@ -1,0 +1,245 @@
+package collective
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// Every error path, on the world team and on a split team: each member
+// gets an error wrapping the expected sentinel — never a hang, never a
+// write outside dst — and the next collective on the same team works.
+
+type errCase struct {
+	name  string
+	want  error
+	multi bool // the error needs members that disagree: not on 1-PE teams
+	// call makes member me's call; b's buffers hold 64 elements.
+	call func(t *shmem.Team, b bufs[float64], bc bufs[complex128], me int) error
+}
+
+var errCases = []errCase{
+	{"bitwise op on floats", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return AllReduce(t, b.dst.Slice(0, 4), b.src.Slice(0, 4), Xor)
+	}},
+	{"Min on complex", shmem.ErrInvalid, false, func(t *shmem.Team, _ bufs[float64], bc bufs[complex128], me int) error {
+		return AllReduce(t, bc.dst.Slice(0, 4), bc.src.Slice(0, 4), Min)
+	}},
+	{"Max on complex in a scan", shmem.ErrInvalid, false, func(t *shmem.Team, _ bufs[float64], bc bufs[complex128], me int) error {
+		return InScan(t, bc.dst.Slice(0, 4), bc.src.Slice(0, 4), Max)
+	}},
+	{"an operator that does not exist", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return Reduce(t, b.dst.Slice(0, 4), b.src.Slice(0, 4), Op(42), 0)
+	}},
+	{"one member's bitwise op", nil, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		op := Sum
+		if me == t.NPEs()-1 {
+			op = And
+		}
+		return AllReduce(t, b.dst.Slice(0, 4), b.src.Slice(0, 4), op)
+	}},
+	{"one member's dst too small", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		d := b.dst.Slice(0, 4)
+		if me == t.NPEs()-1 {
+			d = b.dst.Slice(0, 3)
+		}
+		return AllReduce(t, d, b.src.Slice(0, 4), Sum)
+	}},
+	{"one member's large dst too small", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		d := b.dst.Slice(0, 60)
+		if me == 0 {
+			d = b.dst.Slice(0, 59)
+		}
+		return Broadcast(t, d, b.src.Slice(0, 60), 0)
+	}},
+	{"different counts on the two paths", shmem.ErrAsymmetric, true, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		n := 60 // the direct path
+		if me == 0 {
+			n = 2 // recursive doubling
+		}
+		return AllReduce(t, b.dst.Slice(0, n), b.src.Slice(0, n), Sum)
+	}},
+	{"different counts", shmem.ErrAsymmetric, true, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		n := 3 + me%2
+		return FCollect(t, b.dst.Slice(0, 4*t.NPEs()), b.src.Slice(0, n))
+	}},
+	{"different operators", shmem.ErrAsymmetric, true, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return AllReduce(t, b.dst.Slice(0, 4), b.src.Slice(0, 4), []Op{Sum, Max}[me%2])
+	}},
+	{"different collectives", shmem.ErrAsymmetric, true, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		if me%2 == 0 {
+			return Broadcast(t, b.dst.Slice(0, 4), b.src.Slice(0, 4), 0)
+		}
+		return AllReduce(t, b.dst.Slice(0, 4), b.src.Slice(0, 4), Sum)
+	}},
+	{"different roots", shmem.ErrAsymmetric, true, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return Broadcast(t, b.dst.Slice(0, 4), b.src.Slice(0, 4), me%2)
+	}},
+	{"a root outside the team", shmem.ErrBadPE, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return Reduce(t, b.dst.Slice(0, 4), b.src.Slice(0, 4), Sum, t.NPEs())
+	}},
+	{"one member's root outside the team", shmem.ErrBadPE, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		root := 0
+		if me == t.NPEs()-1 {
+			root = -1
+		}
+		return Broadcast(t, b.dst.Slice(0, 40), b.src.Slice(0, 40), root)
+	}},
+	{"FCollect dst too small", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return FCollect(t, b.dst.Slice(0, 4*t.NPEs()-1), b.src.Slice(0, 4))
+	}},
+	{"FCollect in place", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return FCollect(t, b.src.Slice(0, 4*t.NPEs()), b.src.Slice(0, 4))
+	}},
+	{"Collect total past one member's dst", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		d := b.dst.Slice(0, 2*t.NPEs())
+		if me == 0 {
+			d = b.dst.Slice(0, 2*t.NPEs()-1)
+		}
+		_, err := Collect(t, d, b.src, 2)
+		return err
+	}},
+	{"Collect src shorter than the count", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		n := 2
+		if me == t.NPEs()-1 {
+			n = 65
+		}
+		_, err := Collect(t, b.dst, b.src.Slice(0, 64), n)
+		return err
+	}},
+	{"Collect negative count", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		_, err := Collect(t, b.dst, b.src, -1-me)
+		return err
+	}},
+	{"AllToAll src too small", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return AllToAll(t, b.dst, b.src.Slice(0, 2*t.NPEs()-1), 2)
+	}},
+	{"AllToAll different counts", shmem.ErrAsymmetric, true, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return AllToAll(t, b.dst, b.src, 1+me%2)
+	}},
+	{"AllToAllS zero stride", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return AllToAllS(t, b.dst, b.src, 0, 1, 2)
+	}},
+	{"AllToAllS huge stride", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return AllToAllS(t, b.dst, b.src, 1, 1<<62, 2)
+	}},
+	{"a freed-range slice", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return AllReduce(t, b.dst.Slice(0, 4), b.src.Slice(5, 2), Sum)
+	}},
+	{"a zero Sym", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return InScan(t, shmem.Sym[float64]{}, b.src.Slice(0, 4), Sum)
+	}},
+}
+
+var _ = register("errors", func(pe *shmem.PE) error {
+	b, err := newBufs[float64](pe, 64)
+	if err != nil {
+		return err
+	}
+	bc, err := newBufs[complex128](pe, 64)
+	if err != nil {
+		return err
+	}
+	teams := []*shmem.Team{pe.World()}
+	if pe.NPEs() >= 3 {
+		t, err := pe.World().Split(pe.NPEs()-1, -1, pe.NPEs()-1)
+		if err != nil {
+			return err
+		}
+		if t != nil {
+			teams = append(teams, t)
+		}
+	}
+	for ti, t := range teams {
+		me := t.MyPE()
+		for i, c := range errCases {
+			if c.multi && t.NPEs() == 1 {
+				continue
+			}
+			fill(b.dst.Local(), sentinel[float64]())
+			err := c.call(t, b, bc, me)
+			want := c.want
+			if want == nil { // the member at fault: ErrInvalid; the others: ErrInvalid too
+				want = shmem.ErrInvalid
+			}
+			if !errors.Is(err, want) {
+				return fmt.Errorf("team %d, %s: member %d got %v, want %v", ti, c.name, me, err, want)
+			}
+			if err := untouched(b.dst.Local(), 0, 64); err != nil {
+				return fmt.Errorf("team %d, %s: %w", ti, c.name, err)
+			}
+			// The team still works.
+			salt := 1000 + i
+			if err := checkReduce(t, b, 5, Sum, -1, false, salt); err != nil {
+				return fmt.Errorf("team %d, AllReduce after %s: %w", ti, c.name, err)
+			}
+			if err := checkBroadcast(t, b, 50, i%t.NPEs(), false, salt); err != nil {
+				return fmt.Errorf("team %d, Broadcast after %s: %w", ti, c.name, err)
+			}
+		}
+	}
+	return nil
+})
+
+func TestErrors(t *testing.T) {
+	each(t, "errors", []route{goroutines}, nil, 1, 2, 3, 5)
+	each(t, "errors", []route{tcp, processes, mixed}, nil, 3)
+}
+
+// A bad GOSHMEM_COLLECTIVE_ALGO fails every call on every member with a
+// message naming the variable.
+var _ = register("bad-env", func(pe *shmem.PE) error {
+	b, err := newBufs[int64](pe, 8)
+	if err != nil {
+		return err
+	}
+	err = AllReduce(pe.World(), b.dst, b.src, Sum)
+	if !errors.Is(err, shmem.ErrInvalid) {
+		return fmt.Errorf("AllReduce with a bad %s: %v", envAlgo, err)
+	}
+	return nil
+})
+
+func TestBadAlgorithmEnv(t *testing.T) {
+	each(t, "bad-env", []route{goroutines, processes}, []string{envAlgo + "=fastest"}, 1, 3)
+}
+
+// A member that dies mid-job makes the others' collectives end with
+// ErrPeerLost, not hang.
+func TestPeerLost(t *testing.T) {
+	errDie := errors.New("this PE dies")
+	for _, hosts := range [][]string{nil, {"a", "b", "c"}} {
+		got := make([]error, 3)
+		err := shmem.Run(3, func(pe *shmem.PE) error {
+			b, err := newBufs[float64](pe, 1000)
+			if err != nil {
+				return err
+			}
+			if err := AllReduce(pe.World(), b.dst, b.src, Sum); err != nil && pe.MyPE() != 2 {
+				got[pe.MyPE()] = err // PE 2 may already have died
+				return nil
+			}
+			if pe.MyPE() == 2 {
+				return errDie
+			}
+			for i := 0; ; i++ {
+				n := []int{3, 1000}[i%2]
+				if err := AllReduce(pe.World(), b.dst.Slice(0, n), b.src.Slice(0, n), Sum); err != nil {
+					got[pe.MyPE()] = err
+					return nil
+				}
+			}
+		}, shmem.WithTimeout(30*time.Second), shmem.WithHosts(hosts))
+		if !errors.Is(err, errDie) {
+			t.Fatalf("hosts %v: Run returned %v", hosts, err)
+		}
+		for r := range 2 {
+			if !errors.Is(got[r], shmem.ErrPeerLost) {
+				t.Fatalf("hosts %v: PE %d's collective ended with %v, want ErrPeerLost", hosts, r, got[r])
+			}
+		}
+	}
+}
