@@ -21,13 +21,15 @@ func amo[T AtomicElem](s Sym[T], i int, op heap.AtomicOp, v, cond T, target int)
 		if op != heap.OpFetch {
 			notifyAtomic(p, off, uint64(sizeOf[T]()))
 		}
+		s.b.pe.leave()
 		return fromBits[T](old), nil
 	}
-	_, p, off, err := s.span(i, 1, target)
+	pe, p, off, err := s.span(i, 1, target)
 	if err != nil {
 		var z T
 		return z, err
 	}
+	defer pe.leave()
 	if p.mem == nil {
 		old, err := p.link.Atomic(sizeOf[T](), op, off, toBits(v), toBits(cond))
 		return fromBits[T](old), err
@@ -44,19 +46,23 @@ func amo[T AtomicElem](s Sym[T], i int, op heap.AtomicOp, v, cond T, target int)
 // travels in order in the link's stream and is complete at the next
 // Quiet, as OpenSHMEM's non-fetching atomics are.
 func amoSet[T AtomicElem](s Sym[T], i int, op heap.AtomicOp, v T, target int) error {
-	if p, _ := s.local(i, 1, target); p != nil {
-		_, err := amo(s, i, op, v, 0, target)
-		return err
+	if p, off := s.local(i, 1, target); p != nil {
+		heap.AtomicAt(p.mem, off, sizeOf[T](), op, toBits(v), 0)
+		notifyAtomic(p, off, uint64(sizeOf[T]()))
+		s.b.pe.leave()
+		return nil
 	}
-	_, p, off, err := s.span(i, 1, target)
+	pe, p, off, err := s.span(i, 1, target)
 	if err != nil {
 		return err
 	}
+	defer pe.leave()
 	if p.mem == nil {
 		return p.link.AtomicNBI(sizeOf[T](), op, off, toBits(v), 0, nil)
 	}
-	_, err = amo(s, i, op, v, 0, target)
-	return err
+	heap.AtomicAt(p.mem, off, sizeOf[T](), op, toBits(v), 0)
+	notifyAtomic(p, off, uint64(sizeOf[T]()))
+	return nil
 }
 
 // AtomicFetch atomically reads element i of s on target.
@@ -137,18 +143,17 @@ func amoNBI[T AtomicElem](dst *T, s Sym[T], i int, op heap.AtomicOp, v, cond T, 
 	if dst == nil {
 		return fmt.Errorf("shmem: non-blocking atomic with a nil destination: %w", ErrInvalid)
 	}
-	if sizeOf[T]() == 8 {
-		if p, _ := s.local(i, 1, target); p == nil {
-			// Over TCP an 8-byte result can land in *dst when the reply
-			// arrives: many such atomics are in flight at once, and all
-			// are complete at the next Quiet.
-			_, p, off, err := s.span(i, 1, target)
-			if err != nil {
-				return err
-			}
-			if p.mem == nil {
-				return p.link.AtomicNBI(8, op, off, toBits(v), toBits(cond), word64(dst))
-			}
+	if sizeOf[T]() == 8 && (s.b == nil || s.ctx != nil || uint(target) >= uint(s.b.pe.npes) || s.b.pe.peers[target].mem == nil) {
+		// Over TCP an 8-byte result can land in *dst when the reply
+		// arrives: many such atomics are in flight at once, and all
+		// are complete at the next Quiet.
+		pe, p, off, err := s.span(i, 1, target)
+		if err != nil {
+			return err
+		}
+		defer pe.leave()
+		if p.mem == nil {
+			return p.link.AtomicNBI(8, op, off, toBits(v), toBits(cond), word64(dst))
 		}
 	}
 	// Over shared memory, and for 4-byte elements over TCP, the result is

@@ -17,6 +17,9 @@ type Context struct {
 
 // NewContext creates a context on this PE.
 func (pe *PE) NewContext() (*Context, error) {
+	if !pe.running() {
+		return nil, pe.finalizedErr()
+	}
 	if err := pe.alive(); err != nil {
 		return nil, err
 	}
@@ -29,6 +32,9 @@ func (c *Context) check() error {
 	}
 	if c.closed.Load() {
 		return fmt.Errorf("shmem: context %d is closed: %w", c.id, ErrFinalized)
+	}
+	if !c.pe.running() {
+		return c.pe.finalizedErr()
 	}
 	return c.pe.alive()
 }
@@ -50,6 +56,10 @@ func (c *Context) Quiet() error {
 	if err := c.check(); err != nil {
 		return err
 	}
+	if err := c.pe.enter(); err != nil {
+		return err
+	}
+	defer c.pe.leave()
 	return c.pe.flushAll()
 }
 

@@ -29,13 +29,17 @@
 //     PE are serialised and may wait for each other.
 //   - Slices from Sym.Local and Ptr alias the shared heap: other PEs may
 //     write them at any time, and they are invalid after Free, Realloc or
-//     Finalize (using them then faults). Synchronise with the atomics and
-//     waits, not with plain loads in a loop.
+//     Finalize (using them after Finalize faults). Synchronise with the
+//     atomics and waits, not with plain loads in a loop.
 //   - Every wait on other PEs ends: with ErrPeerLost when a PE of the job
 //     died or failed, with ErrTimeout after the PE's timeout
 //     (GOSHMEM_TIMEOUT, WithTimeout; default two minutes).
 //   - Errors wrap the sentinels (ErrBadPE, ErrOutOfBounds, ...) with the
 //     numbers that explain them; compare with errors.Is. A user mistake
 //     is an error, never a panic, and never a write outside the object.
-//   - Finalize must not run concurrently with other calls on the same PE.
+//   - Finalize is safe against the PE's other goroutines: those blocked
+//     in waits and locks return ErrFinalized, later calls fail with
+//     ErrFinalized, a concurrent Finalize returns ErrFinalized at once,
+//     and the memory is unmapped only after every call has left the PE.
+//     Local, Ptr and SameHost return nil and false once it has begun.
 package shmem

@@ -133,7 +133,7 @@ func joinJob(cfg Config, env boot.Env, host string) (pe *PE, err error) {
 	self := pe
 	defer func() {
 		if err != nil {
-			self.closeProcess()
+			self.closeProcess(true)
 		}
 	}()
 	me := endpoint{Rank: env.Rank, Host: host, Pid: os.Getpid(), Sock: sock, SegSize: seg.Size(),
@@ -433,7 +433,7 @@ func (pe *PE) watch(p *peer, c *net.UnixConn) {
 			continue
 		}
 		if err != nil {
-			if !p.departed.Load() && !pe.finalized.Load() && !errors.Is(err, net.ErrClosed) {
+			if !p.departed.Load() && pe.running() && !errors.Is(err, net.ErrClosed) {
 				pe.markLost(fmt.Errorf("shmem: PE %d (pid %d, same host) died: %w", p.rank, p.pid, ErrPeerLost))
 			}
 			return
@@ -441,8 +441,9 @@ func (pe *PE) watch(p *peer, c *net.UnixConn) {
 	}
 }
 
-// closeProcess releases a launched PE's links and mappings.
-func (pe *PE) closeProcess() error {
+// closeProcess releases a launched PE's links and mappings. With unmap
+// false (calls may still be inside the PE) the mappings stay.
+func (pe *PE) closeProcess(unmap bool) error {
 	for r := range pe.peers {
 		p := &pe.peers[r]
 		if p.conn != nil {
@@ -455,21 +456,25 @@ func (pe *PE) closeProcess() error {
 		pe.unixLn.Close()
 		pe.unixLn = nil
 	}
+	// The mesh's readers write into this PE's segment: they stop first.
+	if pe.mesh != nil {
+		pe.mesh.Close()
+		pe.mesh = nil
+	}
+	var err error
+	if pe.boot != nil {
+		err = pe.boot.Close()
+		pe.boot = nil
+	}
+	if !unmap {
+		return err
+	}
 	for r := range pe.peers {
 		p := &pe.peers[r]
 		if p.seg != nil {
 			p.seg.Close()
 			p.seg = nil
 		}
-	}
-	var err error
-	if pe.mesh != nil {
-		pe.mesh.Close()
-		pe.mesh = nil
-	}
-	if pe.boot != nil {
-		err = pe.boot.Close()
-		pe.boot = nil
 	}
 	pe.seg.Close()
 	return err

@@ -50,7 +50,11 @@ func lockCheck(l Sym[int64]) (*PE, uint64, int, error) {
 		return nil, 0, 0, fmt.Errorf("shmem: lock word of %d elements: %w", l.n, ErrOutOfBounds)
 	}
 	pe := l.b.pe
+	if err := pe.enter(); err != nil {
+		return nil, 0, 0, err
+	}
 	if err := pe.alive(); err != nil {
+		pe.leave()
 		return nil, 0, 0, err
 	}
 	return pe, l.off, int((l.off / 8) % uint64(pe.npes)), nil
@@ -67,6 +71,7 @@ func SetLock(l Sym[int64]) error {
 	if err != nil {
 		return err
 	}
+	defer pe.leave()
 	ls := pe.lockFor(off)
 	if err := pe.takeLocal(ls, off); err != nil {
 		return err
@@ -84,6 +89,7 @@ func TestLock(l Sym[int64]) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	defer pe.leave()
 	ls := pe.lockFor(off)
 	select {
 	case ls.held <- struct{}{}:
@@ -172,6 +178,7 @@ func ClearLock(l Sym[int64]) error {
 	if err != nil {
 		return err
 	}
+	defer pe.leave()
 	if err := pe.Quiet(); err != nil {
 		return err
 	}

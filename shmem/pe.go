@@ -39,11 +39,16 @@ type PE struct {
 	locksMu sync.Mutex            // guards locks
 	locks   map[uint64]*lockState // per lock word: orders this PE's goroutines
 
-	finalized atomic.Bool
-	lost      atomic.Pointer[error] // first reason the job is broken, if any
-	_         [56]byte
-	fenceWord atomic.Uint64 // target of the full fence after plain stores
-	_         [56]byte
+	lost   atomic.Pointer[error] // first reason the job is broken, if any
+	leaked atomic.Bool           // Finalize left the memory mapped: calls were stuck inside
+	done   chan struct{}         // closed when the PE is closed and released
+	_      [64]byte
+	// gate is the lifecycle word (lifecycle.go): state and calls in
+	// flight. fenceWord is the target of the full fence after plain
+	// stores. A call writes both, so they share a cache line of their own.
+	gate      atomic.Uint64
+	fenceWord atomic.Uint64
+	_         [48]byte
 
 	// Process jobs only.
 	boot    *boot.Client
@@ -90,7 +95,7 @@ func (pe *PE) NPEs() int { return pe.npes }
 // Accessible reports whether target is a PE of the job that this PE can
 // reach (shmem_pe_accessible).
 func (pe *PE) Accessible(target int) bool {
-	if target < 0 || target >= pe.npes || pe.finalized.Load() {
+	if target < 0 || target >= pe.npes || !pe.running() {
 		return false
 	}
 	p := &pe.peers[target]
@@ -98,19 +103,17 @@ func (pe *PE) Accessible(target int) bool {
 }
 
 // SameHost reports whether target's heap is mapped here, so that Ptr
-// gives direct loads and stores (true for MyPE).
+// gives direct loads and stores (true for MyPE). It is false once
+// Finalize has begun.
 func (pe *PE) SameHost(target int) bool {
-	return target >= 0 && target < pe.npes && pe.peers[target].mem != nil
+	return target >= 0 && target < pe.npes && pe.running() && pe.peers[target].mem != nil
 }
 
-// peer returns the route to target, or ErrBadPE / ErrFinalized /
-// ErrPeerLost.
+// peer returns the route to target, or ErrBadPE / ErrPeerLost. The
+// caller has entered the PE (or is Finalize itself).
 func (pe *PE) peer(target int) (*peer, error) {
 	if uint(target) >= uint(pe.npes) {
 		return nil, fmt.Errorf("shmem: PE %d: the job has PEs 0..%d: %w", target, pe.npes-1, ErrBadPE)
-	}
-	if pe.finalized.Load() {
-		return nil, fmt.Errorf("shmem: PE %d is finalized: %w", pe.rank, ErrFinalized)
 	}
 	p := &pe.peers[target]
 	if p.mem == nil && p.link == nil {
@@ -157,10 +160,15 @@ func wake(w *uint32) {
 }
 
 // markLost records that the job is broken (a peer died, the job was
-// ended) and wakes this PE's sleepers so that every wait sees it.
+// ended) and wakes this PE's sleepers so that every wait sees it. Once
+// the PE is closed its memory may be gone, and nobody sleeps on it.
 func (pe *PE) markLost(err error) {
 	pe.lost.CompareAndSwap(nil, &err)
+	if !pe.hold() {
+		return
+	}
 	wake(pe.peers[pe.rank].wake)
+	pe.leave()
 	pe.poke()
 }
 
@@ -172,14 +180,14 @@ func (pe *PE) brokenErr() error {
 	return nil
 }
 
-// alive is nil while waits may go on: the PE is not finalized and the
-// job is not broken.
+// alive is nil while waits may go on: the job is not broken, and the PE
+// is running or is Finalize's own barrier (leaving).
 func (pe *PE) alive() error {
 	if err := pe.brokenErr(); err != nil {
 		return err
 	}
-	if pe.finalized.Load() {
-		return fmt.Errorf("shmem: PE %d is finalized: %w", pe.rank, ErrFinalized)
+	if st := pe.state(); st == stDraining || st == stClosed {
+		return pe.finalizedErr()
 	}
 	return nil
 }

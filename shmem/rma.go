@@ -31,12 +31,14 @@ func Put[T Elem](dst Sym[T], src []T, target int) error {
 	if p, off := dst.local(0, len(src), target); p != nil {
 		copyData(p.mem[off:], asBytes(src))
 		dst.b.pe.notify(p, off, uint64(len(src)*sizeOf[T]()))
+		dst.b.pe.leave()
 		return nil
 	}
 	pe, p, off, err := dst.span(0, len(src), target)
 	if err != nil {
 		return err
 	}
+	defer pe.leave()
 	if len(src) == 0 {
 		return nil
 	}
@@ -52,12 +54,14 @@ func Put[T Elem](dst Sym[T], src []T, target int) error {
 func Get[T Elem](dst []T, src Sym[T], target int) error {
 	if p, off := src.local(0, len(dst), target); p != nil {
 		copyData(asBytes(dst), p.mem[off:])
+		src.b.pe.leave()
 		return nil
 	}
-	_, p, off, err := src.span(0, len(dst), target)
+	pe, p, off, err := src.span(0, len(dst), target)
 	if err != nil {
 		return err
 	}
+	defer pe.leave()
 	if p.mem == nil {
 		if len(dst) == 0 {
 			return nil
@@ -74,6 +78,7 @@ func P[T Elem](dst Sym[T], i int, v T, target int) error {
 	if err != nil {
 		return err
 	}
+	defer pe.leave()
 	if p.mem == nil {
 		return p.link.Put(off, asBytes([]T{v}))
 	}
@@ -84,11 +89,12 @@ func P[T Elem](dst Sym[T], i int, v T, target int) error {
 
 // G loads element i of src on target.
 func G[T Elem](src Sym[T], i int, target int) (T, error) {
-	_, p, off, err := src.span(i, 1, target)
+	pe, p, off, err := src.span(i, 1, target)
 	if err != nil {
 		var z T
 		return z, err
 	}
+	defer pe.leave()
 	if p.mem == nil {
 		var v [1]T
 		err := p.link.Get(asBytes(v[:]), off)
@@ -103,16 +109,23 @@ func PutNBI[T Elem](dst Sym[T], src []T, target int) error {
 	if p, off := dst.local(0, len(src), target); p != nil {
 		copyData(p.mem[off:], asBytes(src))
 		dst.b.pe.notify(p, off, uint64(len(src)*sizeOf[T]()))
+		dst.b.pe.leave()
 		return nil
 	}
-	_, p, off, err := dst.span(0, len(src), target)
-	if err != nil || len(src) == 0 {
+	pe, p, off, err := dst.span(0, len(src), target)
+	if err != nil {
 		return err
+	}
+	defer pe.leave()
+	if len(src) == 0 {
+		return nil
 	}
 	if p.mem == nil {
 		return p.link.PutNBI(off, asBytes(src))
 	}
-	return Put(dst, src, target)
+	copy(p.mem[off:], asBytes(src))
+	pe.notify(p, off, uint64(len(src)*sizeOf[T]()))
+	return nil
 }
 
 // GetNBI is Get that may return before dst is filled: dst is valid after
@@ -120,11 +133,16 @@ func PutNBI[T Elem](dst Sym[T], src []T, target int) error {
 func GetNBI[T Elem](dst []T, src Sym[T], target int) error {
 	if p, off := src.local(0, len(dst), target); p != nil {
 		copyData(asBytes(dst), p.mem[off:])
+		src.b.pe.leave()
 		return nil
 	}
-	_, p, off, err := src.span(0, len(dst), target)
-	if err != nil || len(dst) == 0 {
+	pe, p, off, err := src.span(0, len(dst), target)
+	if err != nil {
 		return err
+	}
+	defer pe.leave()
+	if len(dst) == 0 {
+		return nil
 	}
 	if p.mem == nil {
 		return p.link.GetNBI(asBytes(dst), off)
@@ -135,17 +153,19 @@ func GetNBI[T Elem](dst []T, src Sym[T], target int) error {
 
 // IPut is the strided put: element k*srcStride of src goes to element
 // k*dstStride of dst on target, for k in 0..n-1. Strides are at least 1.
+// A transfer whose last element would fall outside dst or src is
+// ErrOutOfBounds, whatever the strides, and changes nothing.
 func IPut[T Elem](dst Sym[T], dstStride int, src []T, srcStride, n, target int) error {
 	if err := strideCheck(dstStride, srcStride, n, len(src)); err != nil {
 		return err
 	}
-	if n == 0 {
-		_, _, _, err := dst.span(0, 0, target)
-		return err
-	}
-	pe, p, off, err := dst.span(0, (n-1)*dstStride+1, target)
+	pe, p, off, ext, err := dst.strided(n, dstStride, target)
 	if err != nil {
 		return err
+	}
+	defer pe.leave()
+	if n == 0 {
+		return nil
 	}
 	if p.mem == nil {
 		// One small put per element: the link coalesces them into few
@@ -158,27 +178,28 @@ func IPut[T Elem](dst Sym[T], dstStride int, src []T, srcStride, n, target int) 
 		}
 		return nil
 	}
-	d := viewAs[T](p.mem, off, (n-1)*dstStride+1)
+	d := viewAs[T](p.mem, off, ext)
 	for k := 0; k < n; k++ {
 		d[k*dstStride] = src[k*srcStride]
 	}
-	pe.notify(p, off, uint64(((n-1)*dstStride+1)*sizeOf[T]()))
+	pe.notify(p, off, uint64(ext*sizeOf[T]()))
 	return nil
 }
 
 // IGet is the strided get: element k*srcStride of src on target goes to
-// element k*dstStride of dst, for k in 0..n-1.
+// element k*dstStride of dst, for k in 0..n-1. Bounds are checked as for
+// IPut.
 func IGet[T Elem](dst []T, dstStride int, src Sym[T], srcStride, n, target int) error {
 	if err := strideCheck(srcStride, dstStride, n, len(dst)); err != nil {
 		return err
 	}
-	if n == 0 {
-		_, _, _, err := src.span(0, 0, target)
-		return err
-	}
-	_, p, off, err := src.span(0, (n-1)*srcStride+1, target)
+	pe, p, off, ext, err := src.strided(n, srcStride, target)
 	if err != nil {
 		return err
+	}
+	defer pe.leave()
+	if n == 0 {
+		return nil
 	}
 	if p.mem == nil {
 		// Every element in flight at once, then one flush for all.
@@ -190,25 +211,45 @@ func IGet[T Elem](dst []T, dstStride int, src Sym[T], srcStride, n, target int) 
 		}
 		return p.link.Flush()
 	}
-	s := viewAs[T](p.mem, off, (n-1)*srcStride+1)
+	s := viewAs[T](p.mem, off, ext)
 	for k := 0; k < n; k++ {
 		dst[k*dstStride] = s[k*srcStride]
 	}
 	return nil
 }
 
-// strideCheck validates a strided transfer whose symmetric side has
-// stride symStride and whose local slice (length localLen) has stride
-// localStride.
+// strideCheck validates a strided transfer's arguments and its local
+// side: symStride is the symmetric side's stride, and the local slice
+// (length localLen) has stride localStride. The bound is checked as
+// n-1 <= (localLen-1)/localStride, which cannot overflow.
 func strideCheck(symStride, localStride, n, localLen int) error {
 	if symStride < 1 || localStride < 1 || n < 0 {
 		return fmt.Errorf("shmem: strided transfer of %d elements with strides %d and %d: %w", n, symStride, localStride, ErrInvalid)
 	}
-	if n > 0 && (n-1) > (localLen-1)/localStride {
+	if n > 0 && (localLen < 1 || n-1 > (localLen-1)/localStride) {
 		return fmt.Errorf("shmem: strided transfer of %d elements with stride %d reaches past the %d-element local slice: %w",
 			n, localStride, localLen, ErrOutOfBounds)
 	}
 	return nil
+}
+
+// strided is span for n elements at stride (>= 1) from element 0 of s:
+// it checks, without overflow, that the last one is inside s, and
+// returns the extent (n-1)*stride+1 in elements (0 when n is 0).
+func (s Sym[T]) strided(n, stride, target int) (*PE, *peer, uint64, int, error) {
+	if err := s.check(); err != nil {
+		return nil, nil, 0, 0, err
+	}
+	ext := 0
+	if n > 0 {
+		if s.n < 1 || n-1 > (s.n-1)/stride {
+			return nil, nil, 0, 0, fmt.Errorf("shmem: strided transfer of %d elements with stride %d reaches past the %d-element object at offset %d: %w",
+				n, stride, s.n, s.off, ErrOutOfBounds)
+		}
+		ext = (n-1)*stride + 1
+	}
+	pe, p, off, err := s.span(0, ext, target)
+	return pe, p, off, ext, err
 }
 
 // SignalOp says how PutSignal updates the signal word.
@@ -226,14 +267,16 @@ func PutSignal[T Elem](dst Sym[T], src []T, sig Sym[uint64], v uint64, op Signal
 	if op != SignalSet && op != SignalAdd {
 		return fmt.Errorf("shmem: signal op %d: %w", op, ErrInvalid)
 	}
-	_, sp, soff, err := sig.span(0, 1, target)
+	spe, sp, soff, err := sig.span(0, 1, target)
 	if err != nil {
 		return err
 	}
-	_, p, off, err := dst.span(0, len(src), target)
+	defer spe.leave()
+	pe, p, off, err := dst.span(0, len(src), target)
 	if err != nil {
 		return err
 	}
+	defer pe.leave()
 	if p.mem == nil {
 		return p.link.PutSignal(off, asBytes(src), soff, op == SignalAdd, v)
 	}
@@ -253,7 +296,12 @@ func PutSignal[T Elem](dst Sym[T], src []T, sig Sym[uint64], v uint64, op Signal
 // SignalWaitUntil waits until this PE's sig[0] satisfies cmp v and
 // returns its value.
 func SignalWaitUntil(sig Sym[uint64], cmp Cmp, v uint64) (uint64, error) {
-	if err := WaitUntil(sig, 0, cmp, v); err != nil {
+	pe, err := localCheck(sig, cmp)
+	if err != nil {
+		return 0, err
+	}
+	defer pe.leave()
+	if err := waitUntil(pe, sig, 0, cmp, v); err != nil {
 		return 0, err
 	}
 	return loadLocal(sig, 0), nil
@@ -261,9 +309,11 @@ func SignalWaitUntil(sig Sym[uint64], cmp Cmp, v uint64) (uint64, error) {
 
 // SignalFetch reads this PE's sig[0].
 func SignalFetch(sig Sym[uint64]) (uint64, error) {
-	if _, err := localCheck(sig, CmpEQ); err != nil {
+	pe, err := localCheck(sig, CmpEQ)
+	if err != nil {
 		return 0, err
 	}
+	defer pe.leave()
 	if err := indexCheck(0, sig.n); err != nil {
 		return 0, err
 	}
@@ -280,11 +330,19 @@ func SignalFetch(sig Sym[uint64]) (uint64, error) {
 // that stripes large transfers over several connections (GOSHMEM_STREAMS)
 // must flush to keep the order.
 func (pe *PE) Fence() error {
-	if err := pe.alive(); err != nil {
+	if !pe.hasRemote {
+		// Nothing to order and no memory touched: no need to enter.
+		if !pe.running() {
+			return pe.finalizedErr()
+		}
+		return pe.alive()
+	}
+	if err := pe.enter(); err != nil {
 		return err
 	}
-	if !pe.hasRemote {
-		return nil
+	defer pe.leave()
+	if err := pe.alive(); err != nil {
+		return err
 	}
 	for r := range pe.peers {
 		if l := pe.peers[r].link; l != nil && l.Outstanding() {
@@ -301,6 +359,17 @@ func (pe *PE) Fence() error {
 // shared memory they already are; over TCP, Quiet flushes every link with
 // operations outstanding and waits for the peers' replies.
 func (pe *PE) Quiet() error {
+	if !pe.hasRemote {
+		// Nothing to complete and no memory touched: no need to enter.
+		if !pe.running() {
+			return pe.finalizedErr()
+		}
+		return pe.alive()
+	}
+	if err := pe.enter(); err != nil {
+		return err
+	}
+	defer pe.leave()
 	if err := pe.alive(); err != nil {
 		return err
 	}
@@ -324,6 +393,10 @@ func (pe *PE) flushAll() error {
 
 // PEQuiet is Quiet for operations to the given targets only.
 func (pe *PE) PEQuiet(targets ...int) error {
+	if err := pe.enter(); err != nil {
+		return err
+	}
+	defer pe.leave()
 	if err := pe.alive(); err != nil {
 		return err
 	}
@@ -344,7 +417,19 @@ func (pe *PE) PEQuiet(targets ...int) error {
 // BarrierAll completes this PE's operations (Quiet), then waits until
 // every PE has reached the barrier.
 func (pe *PE) BarrierAll() error {
-	if err := pe.Quiet(); err != nil {
+	if err := pe.enter(); err != nil {
+		return err
+	}
+	defer pe.leave()
+	return pe.barrierAll()
+}
+
+// barrierAll is BarrierAll for a caller that has entered the PE.
+func (pe *PE) barrierAll() error {
+	if err := pe.alive(); err != nil {
+		return err
+	}
+	if err := pe.flushAll(); err != nil {
 		return err
 	}
 	return pe.world.sync()
@@ -353,6 +438,10 @@ func (pe *PE) BarrierAll() error {
 // SyncAll waits until every PE has reached it, without completing
 // outstanding operations.
 func (pe *PE) SyncAll() error {
+	if err := pe.enter(); err != nil {
+		return err
+	}
+	defer pe.leave()
 	if err := pe.alive(); err != nil {
 		return err
 	}

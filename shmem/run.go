@@ -3,6 +3,7 @@ package shmem
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -56,6 +57,13 @@ func Run(n int, fn func(pe *PE) error, opts ...Option) error {
 	job := &runJob{pes: make([]*PE, n), exit: make([]bool, n)}
 	segs := make([]*heap.Segment, 0, n)
 	defer func() {
+		for _, pe := range job.pes {
+			if pe != nil && pe.leaked.Load() {
+				// Some call never left a PE (Finalize timed out waiting
+				// for it): unmapping could fault it. Leave the memory.
+				return
+			}
+		}
 		for _, s := range segs {
 			s.Close()
 		}
@@ -163,14 +171,13 @@ func (j *runJob) runPE(wg *sync.WaitGroup, pe *PE, fn func(*PE) error) {
 	}()
 	if err != nil {
 		j.fail(pe.rank, err)
-		pe.finalized.Store(true)
-		return
+		pe.abandon()
+	} else if err := pe.Finalize(); err != nil && !errors.Is(err, ErrFinalized) {
+		j.fail(pe.rank, err)
 	}
-	if !pe.finalized.Load() {
-		if err := pe.Finalize(); err != nil {
-			j.fail(pe.rank, err)
-		}
-	}
+	// A Finalize begun by another goroutine of the PE may still run: the
+	// segments stay mapped until it is done.
+	<-pe.done
 }
 
 // fail records err as PE rank's and breaks every other PE's waits.
@@ -200,10 +207,9 @@ func (j *runJob) globalExit(rank, code int) {
 	for _, pe := range j.pes {
 		if pe.rank != rank {
 			pe.markLost(lost)
-		} else {
-			pe.finalized.Store(true)
 		}
 	}
+	j.pes[rank].abandon()
 	runtime.Goexit()
 }
 
@@ -223,6 +229,7 @@ func newPE(rank, npes int, cfg Config, host string, seg *heap.Segment, line int)
 	pe := &PE{rank: rank, npes: npes, cfg: cfg, host: host, cacheLine: line, seg: seg, mem: seg.Bytes(), alloc: a}
 	ch := make(chan struct{})
 	pe.pokeCh.Store(&ch)
+	pe.done = make(chan struct{})
 	pe.peers = make([]peer, npes)
 	pe.peers[rank] = peer{rank: rank, host: host, pid: os.Getpid(), mem: pe.mem,
 		wake: heap.Ptr32(pe.mem, heap.WakeOff), inproc: pe}
@@ -248,28 +255,4 @@ func (pe *PE) makeTeams() {
 	pe.shared.predefined = true
 	pe.useSlot(0)
 	pe.useSlot(1)
-}
-
-// Finalize ends this PE's part in the job (collective): it completes
-// outstanding operations, waits for every PE, and releases the heap and
-// every link. Every later call on the PE fails with ErrFinalized, and
-// slices from Local and Ptr must no longer be used.
-func (pe *PE) Finalize() error {
-	if pe == nil {
-		return fmt.Errorf("shmem: Finalize of a nil PE: %w", ErrInvalid)
-	}
-	if pe.finalized.Load() {
-		return fmt.Errorf("shmem: PE %d is already finalized: %w", pe.rank, ErrFinalized)
-	}
-	err := pe.BarrierAll()
-	pe.finalized.Store(true)
-	if pe.job == nil {
-		if cerr := pe.closeProcess(); err == nil {
-			err = cerr
-		}
-	}
-	// Under Run the segments stay mapped until every PE has returned: a
-	// peer may still be reading this PE's sleep word after its last
-	// store of the final barrier.
-	return err
 }

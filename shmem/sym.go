@@ -68,9 +68,10 @@ func (s Sym[T]) Via(c *Context) Sym[T] {
 // Local is this PE's copy of the object, read and written directly. The
 // slice aliases the symmetric heap: it is valid until the object is freed
 // or the PE finalized, and other PEs may write it at any time (use the
-// atomic and wait calls to synchronise). It is nil for an invalid handle.
+// atomic and wait calls to synchronise). It is nil for an invalid handle
+// and once Finalize has begun.
 func (s Sym[T]) Local() []T {
-	if s.check() != nil {
+	if s.check() != nil || !s.b.pe.running() {
 		return nil
 	}
 	return viewAs[T](s.b.pe.mem, s.off, s.n)
@@ -78,9 +79,9 @@ func (s Sym[T]) Local() []T {
 
 // Ptr is shmem_ptr: target's copy of the object, read and written
 // directly, when target's heap is mapped here; nil when target is remote,
-// out of range or the handle invalid.
+// out of range or the handle invalid, and once Finalize has begun.
 func Ptr[T Elem](s Sym[T], target int) []T {
-	if s.check() != nil || uint(target) >= uint(s.b.pe.npes) {
+	if s.check() != nil || uint(target) >= uint(s.b.pe.npes) || !s.b.pe.running() {
 		return nil
 	}
 	mem := s.b.pe.peers[target].mem
@@ -107,18 +108,20 @@ func (s Sym[T]) check() error {
 // local is span's fast path, small enough to inline: the route and byte
 // offset of elements [i, i+cnt) when target's heap is mapped here and
 // every check passes; nil when any check fails or the target is remote,
-// and the caller then takes span for the full check and its error.
+// and the caller then takes span for the full check and its error. A
+// non-nil route has entered the PE: the caller calls leave when done.
 func (s Sym[T]) local(i, cnt, target int) (*peer, uint64) {
 	b := s.b
 	if b == nil || s.ctx != nil || i < 0 || cnt < 0 || i > s.n-cnt || uint(target) >= uint(b.pe.npes) ||
-		b.freed.Load() || b.pe.finalized.Load() || b.pe.peers[target].mem == nil {
+		b.freed.Load() || b.pe.peers[target].mem == nil || !b.pe.tryEnter() {
 		return nil, 0
 	}
 	return &b.pe.peers[target], s.off + uint64(i*sizeOf[T]())
 }
 
-// span validates elements [i, i+cnt) of s on target and returns the PE,
-// the route and the byte offset of element i.
+// span validates elements [i, i+cnt) of s on target, enters the PE, and
+// returns the PE, the route and the byte offset of element i. On success
+// the caller calls pe.leave when done with the memory.
 func (s Sym[T]) span(i, cnt, target int) (*PE, *peer, uint64, error) {
 	if err := s.check(); err != nil {
 		return nil, nil, 0, err
@@ -131,8 +134,12 @@ func (s Sym[T]) span(i, cnt, target int) (*PE, *peer, uint64, error) {
 		return nil, nil, 0, fmt.Errorf("shmem: context %d is closed: %w", s.ctx.id, ErrFinalized)
 	}
 	pe := s.b.pe
+	if err := pe.enter(); err != nil {
+		return nil, nil, 0, err
+	}
 	p, err := pe.peer(target)
 	if err != nil {
+		pe.leave()
 		return nil, nil, 0, err
 	}
 	return pe, p, s.off + uint64(i*sizeOf[T]()), nil
@@ -157,6 +164,10 @@ func Align[T Elem](pe *PE, align, n int) (Sym[T], error) {
 		return Sym[T]{}, fmt.Errorf("shmem: Malloc of %d %d-byte elements is larger than the %d-byte heap (SHMEM_SYMMETRIC_SIZE): %w",
 			n, sizeOf[T](), pe.cfg.HeapSize, ErrHeapExhausted)
 	}
+	if err := pe.enter(); err != nil {
+		return Sym[T]{}, err
+	}
+	defer pe.leave()
 	b, err := pe.symAlloc(uint64(n*sizeOf[T]()), uint64(align), opMalloc)
 	if err != nil {
 		return Sym[T]{}, err
@@ -183,6 +194,10 @@ func Realloc[T Elem](s Sym[T], n int) (Sym[T], error) {
 		return Sym[T]{}, fmt.Errorf("shmem: Realloc to %d %d-byte elements is larger than the %d-byte heap (SHMEM_SYMMETRIC_SIZE): %w",
 			n, sizeOf[T](), pe.cfg.HeapSize, ErrHeapExhausted)
 	}
+	if err := pe.enter(); err != nil {
+		return Sym[T]{}, err
+	}
+	defer pe.leave()
 	b, err := pe.symRealloc(s.b, uint64(n*sizeOf[T]()))
 	if err != nil {
 		return Sym[T]{}, err
@@ -197,7 +212,12 @@ func Free[T Elem](s Sym[T]) error {
 	if err := s.check(); err != nil {
 		return err
 	}
-	return s.b.pe.symFree(s.b)
+	pe := s.b.pe
+	if err := pe.enter(); err != nil {
+		return err
+	}
+	defer pe.leave()
+	return pe.symFree(s.b)
 }
 
 // Collective allocation kinds, as recorded in the SHMEM_DEBUG agreement
@@ -231,7 +251,7 @@ func (pe *PE) symRealloc(old *block, bytes uint64) (*block, error) {
 	if err := pe.agree(opRealloc, bytes, old.off); err != nil {
 		return nil, err
 	}
-	if err := pe.BarrierAll(); err != nil {
+	if err := pe.barrierAll(); err != nil {
 		return nil, err
 	}
 	if old.size == 0 || bytes == 0 {
@@ -294,7 +314,7 @@ func (pe *PE) symFree(b *block) error {
 	if err := pe.agree(opFree, b.size, b.off); err != nil {
 		return err
 	}
-	if err := pe.BarrierAll(); err != nil {
+	if err := pe.barrierAll(); err != nil {
 		return err
 	}
 	if b.freed.Swap(true) {

@@ -87,6 +87,10 @@ func (t *Team) Sync() error {
 	if t == nil {
 		return fmt.Errorf("shmem: Sync on a nil team: %w", ErrInvalid)
 	}
+	if err := t.pe.enter(); err != nil {
+		return err
+	}
+	defer t.pe.leave()
 	if err := t.pe.alive(); err != nil {
 		return err
 	}
@@ -247,6 +251,10 @@ func (t *Team) Split(start, stride, size int) (*Team, error) {
 		return nil, fmt.Errorf("shmem: Split of a nil team: %w", ErrInvalid)
 	}
 	pe := t.pe
+	if err := pe.enter(); err != nil {
+		return nil, err
+	}
+	defer pe.leave()
 	if err := pe.alive(); err != nil {
 		return nil, err
 	}
@@ -294,6 +302,10 @@ func (t *Team) Split2D(xRange int) (x, y *Team, err error) {
 		return nil, nil, fmt.Errorf("shmem: Split2D of a nil team: %w", ErrInvalid)
 	}
 	pe := t.pe
+	if err := pe.enter(); err != nil {
+		return nil, nil, err
+	}
+	defer pe.leave()
 	if err := pe.alive(); err != nil {
 		return nil, nil, err
 	}
@@ -340,6 +352,10 @@ func (t *Team) Destroy() error {
 	if t.predefined {
 		return fmt.Errorf("shmem: the world and shared teams cannot be destroyed: %w", ErrInvalid)
 	}
+	if err := t.pe.enter(); err != nil {
+		return err
+	}
+	defer t.pe.leave()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.destroyed.Load() {

@@ -82,6 +82,11 @@ func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
 		if cond() {
 			return nil
 		}
+		// Finalize and markLost change the state, then bump the wake
+		// word: checked after reading the word, neither can be missed.
+		if err := pe.alive(); err != nil {
+			return fmt.Errorf("shmem: PE %d waiting for %s: %w", pe.rank, what(), err)
+		}
 		heap.FutexWait(me.wake, seq, nap)
 		if cond() {
 			return nil
@@ -116,6 +121,9 @@ func (pe *PE) parkUntil(start time.Time, off, n uint64, cond func() bool, what f
 		ch := *pe.pokeCh.Load()
 		if cond() {
 			return nil
+		}
+		if err := pe.alive(); err != nil { // see await
+			return fmt.Errorf("shmem: PE %d waiting for %s: %w", pe.rank, what(), err)
 		}
 		t.Reset(nap)
 		select {
@@ -199,20 +207,18 @@ func loadLocal[T AtomicElem](s Sym[T], i int) T {
 	return fromBits[T](heap.AtomicAt(s.b.pe.mem, off, sizeOf[T](), heap.OpFetch, 0, 0))
 }
 
-// localCheck validates a wait or test on this PE's own copy of s.
+// localCheck validates a wait or test on this PE's own copy of s and
+// enters the PE; on success the caller calls pe.leave when done.
 func localCheck[T AtomicElem](s Sym[T], cmp Cmp) (*PE, error) {
-	if s.b == nil {
-		return nil, fmt.Errorf("shmem: wait on a zero Sym: %w", ErrInvalid)
+	if err := s.check(); err != nil {
+		return nil, err
 	}
 	if !cmp.valid() {
 		return nil, fmt.Errorf("shmem: comparison %v: %w", cmp, ErrInvalid)
 	}
-	if s.b.freed.Load() {
-		return nil, fmt.Errorf("shmem: wait on a freed object at offset %d: %w", s.b.off, ErrOutOfBounds)
-	}
 	pe := s.b.pe
-	if pe.finalized.Load() {
-		return nil, fmt.Errorf("shmem: PE %d is finalized: %w", pe.rank, ErrFinalized)
+	if err := pe.enter(); err != nil {
+		return nil, err
 	}
 	return pe, nil
 }
@@ -232,6 +238,12 @@ func WaitUntil[T AtomicElem](s Sym[T], i int, cmp Cmp, v T) error {
 	if err != nil {
 		return err
 	}
+	defer pe.leave()
+	return waitUntil(pe, s, i, cmp, v)
+}
+
+// waitUntil is WaitUntil for a caller that has entered the PE.
+func waitUntil[T AtomicElem](pe *PE, s Sym[T], i int, cmp Cmp, v T) error {
 	if err := indexCheck(i, s.n); err != nil {
 		return err
 	}
@@ -243,9 +255,11 @@ func WaitUntil[T AtomicElem](s Sym[T], i int, cmp Cmp, v T) error {
 // Test reports whether element i of this PE's own copy of s satisfies
 // cmp v, without waiting.
 func Test[T AtomicElem](s Sym[T], i int, cmp Cmp, v T) (bool, error) {
-	if _, err := localCheck(s, cmp); err != nil {
+	pe, err := localCheck(s, cmp)
+	if err != nil {
 		return false, err
 	}
+	defer pe.leave()
 	if err := indexCheck(i, s.n); err != nil {
 		return false, err
 	}
@@ -273,6 +287,7 @@ func WaitUntilAll[T AtomicElem](s Sym[T], mask []bool, cmp Cmp, v T) error {
 	if err != nil {
 		return err
 	}
+	defer pe.leave()
 	idx, err := selected(mask, s.n)
 	if err != nil {
 		return err
@@ -298,6 +313,7 @@ func WaitUntilAny[T AtomicElem](s Sym[T], mask []bool, cmp Cmp, v T) (int, error
 	if err != nil {
 		return -1, err
 	}
+	defer pe.leave()
 	idx, err := selected(mask, s.n)
 	if err != nil || len(idx) == 0 {
 		return -1, err
@@ -327,6 +343,7 @@ func WaitUntilSome[T AtomicElem](s Sym[T], mask []bool, cmp Cmp, v T) ([]int, er
 	if err != nil {
 		return nil, err
 	}
+	defer pe.leave()
 	idx, err := selected(mask, s.n)
 	if err != nil || len(idx) == 0 {
 		return nil, err

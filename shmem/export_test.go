@@ -1,0 +1,6 @@
+package shmem
+
+// InFlight is the number of calls inside pe: the gate's count
+// (lifecycle.go). Tests use it to know that goroutines have entered a
+// blocking call before they act on the PE.
+func InFlight(pe *PE) int { return int(pe.gate.Load() &^ stMask) }

@@ -1,0 +1,191 @@
+package shmem
+
+import (
+	"fmt"
+	"time"
+)
+
+// A PE's lifecycle is a small state machine in one atomic word, the
+// gate: the state in the top two bits, the calls in flight on the PE in
+// the rest. Every exported call that touches the PE's memory (its own
+// segment or a mapped peer's) enters the gate and leaves it when it is
+// done with the memory; Finalize moves the state forward by
+// compare-and-swap, so exactly one caller does the work, and memory is
+// unmapped only once no call is inside.
+//
+//	running   ──Finalize──▶ draining ──no call inside──▶ leaving ──barrier done, no call inside──▶ closed
+//	running   ──the PE ends on an error (Run) or GlobalExit──▶ draining ──▶ closed
+//
+//	running:  calls enter; waits go on.
+//	draining: calls are refused (ErrFinalized); goroutines blocked in
+//	          waits and locks are woken and return ErrFinalized.
+//	leaving:  calls are still refused; nothing but Finalize itself runs
+//	          on the PE, and its own Quiet and barrier may wait.
+//	closed:   calls are refused; the memory may be unmapped.
+//
+// Internal helpers that run on no user call's behalf (the same-host
+// liveness watch marking the job broken) hold the gate too: they are
+// admitted in every state but closed, so closing waits for them as well.
+const (
+	stRunning  uint64 = 0
+	stDraining uint64 = 1 << 62
+	stLeaving  uint64 = 2 << 62
+	stClosed   uint64 = 3 << 62
+	stMask     uint64 = 3 << 62
+)
+
+// enter admits a call into the PE, or returns ErrFinalized once
+// Finalize has begun. A nil error must be paired with leave.
+func (pe *PE) enter() error {
+	if v := pe.gate.Add(1); v&stMask != stRunning {
+		pe.gate.Add(^uint64(0))
+		return pe.finalizedErr()
+	}
+	return nil
+}
+
+// tryEnter is enter for the inlinable fast paths: false when refused.
+func (pe *PE) tryEnter() bool {
+	if pe.gate.Add(1)&stMask != stRunning {
+		pe.gate.Add(^uint64(0))
+		return false
+	}
+	return true
+}
+
+// leave ends a call admitted by enter, tryEnter or hold.
+func (pe *PE) leave() { pe.gate.Add(^uint64(0)) }
+
+// hold admits an internal helper in any state but closed.
+func (pe *PE) hold() bool {
+	if pe.gate.Add(1)&stMask == stClosed {
+		pe.gate.Add(^uint64(0))
+		return false
+	}
+	return true
+}
+
+// state is the lifecycle state (one of the st constants).
+func (pe *PE) state() uint64 { return pe.gate.Load() & stMask }
+
+// running reports whether the PE is neither finalizing nor finalized.
+func (pe *PE) running() bool { return pe.state() == stRunning }
+
+func (pe *PE) finalizedErr() error {
+	return fmt.Errorf("shmem: PE %d is finalized: %w", pe.rank, ErrFinalized)
+}
+
+// begin moves the PE from running to draining. Only one caller gets
+// true; the others see that Finalize has begun.
+func (pe *PE) begin() bool {
+	for {
+		v := pe.gate.Load()
+		if v&stMask != stRunning {
+			return false
+		}
+		if pe.gate.CompareAndSwap(v, v&^stMask|stDraining) {
+			break
+		}
+	}
+	// Wake every sleeper of this PE: each sees the new state (waits check
+	// it between reading the wake word and sleeping, so none misses it).
+	wake(pe.peers[pe.rank].wake)
+	pe.poke()
+	return true
+}
+
+// settle waits until no call is inside, then moves the state from one
+// to next in the same compare-and-swap. Blocked calls were woken by
+// begin; those in a blocking remote operation end within the PE's
+// timeout. If calls are still inside after the timeout, settle moves to
+// closed anyway and returns false with the error: the memory must then
+// stay mapped.
+func (pe *PE) settle(from, next uint64) (bool, error) {
+	deadline := time.Now().Add(pe.cfg.Timeout)
+	nap := 20 * time.Microsecond
+	for {
+		if pe.gate.CompareAndSwap(from, next) {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			for {
+				v := pe.gate.Load()
+				if pe.gate.CompareAndSwap(v, v&^stMask|stClosed) {
+					return false, fmt.Errorf("shmem: PE %d: %d calls still inside the PE %v after Finalize began (its memory stays mapped): %w",
+						pe.rank, v&^stMask, pe.cfg.Timeout, ErrTimeout)
+				}
+			}
+		}
+		// A waiter that read the state just before begin may have gone
+		// to sleep between its check and our wake: wake again.
+		if from == stDraining {
+			wake(pe.peers[pe.rank].wake)
+			pe.poke()
+		}
+		time.Sleep(nap)
+		nap = min(2*nap, time.Millisecond)
+	}
+}
+
+// Finalize ends this PE's part in the job (collective): it completes
+// outstanding operations, waits for every PE, and releases the heap and
+// every link. It is safe against everything else the program does with
+// the PE: goroutines blocked on the PE (waits, locks) return
+// ErrFinalized; a second or concurrent Finalize returns ErrFinalized at
+// once; every later call fails with ErrFinalized; Local, Ptr and
+// SameHost return nil and false. The memory is unmapped only once every
+// call in flight on the PE has left it. Slices from Local and Ptr must
+// not be used afterwards.
+func (pe *PE) Finalize() error {
+	if pe == nil {
+		return fmt.Errorf("shmem: Finalize of a nil PE: %w", ErrInvalid)
+	}
+	if !pe.begin() {
+		return fmt.Errorf("shmem: PE %d is already finalized: %w", pe.rank, ErrFinalized)
+	}
+	clean, err := pe.settle(stDraining, stLeaving)
+	if clean {
+		// Nothing else runs on the PE now: its own quiet and barrier.
+		if err = pe.flushAll(); err == nil {
+			err = pe.world.sync()
+		}
+		var serr error
+		if clean, serr = pe.settle(stLeaving, stClosed); err == nil {
+			err = serr
+		}
+	}
+	if rerr := pe.release(clean); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// abandon ends the PE without meeting the others: after its function
+// failed under Run, or at GlobalExit. Blocked goroutines are woken, and
+// the memory is released once they have left.
+func (pe *PE) abandon() {
+	if !pe.begin() {
+		return
+	}
+	clean, _ := pe.settle(stDraining, stClosed)
+	pe.release(clean)
+}
+
+// release frees what the closed PE holds. unmap is false when calls may
+// still be inside: the memory then stays mapped until the process exits.
+func (pe *PE) release(unmap bool) error {
+	defer close(pe.done)
+	pe.locksMu.Lock()
+	pe.locks = nil
+	pe.locksMu.Unlock()
+	if !unmap {
+		pe.leaked.Store(true)
+	}
+	if pe.job != nil {
+		// Under Run the segments stay mapped until every PE has
+		// returned: a peer may still be reading this PE's sleep word
+		// after its last store of the final barrier.
+		return nil
+	}
+	return pe.closeProcess(unmap)
+}
