@@ -128,13 +128,13 @@ func benchJob(b *testing.B, mem int) *Link {
 }
 
 func benchJobBusy(b *testing.B, mem int, busy bool) *Link {
-	pes := newJob(b, 2, mem, "127.0.0.1", func(c *Config) { c.BusyPoll = busy })
+	pes := newJob(b, 2, mem, "127.0.0.1", func(c *Config) { c.Spin = spinMode(busy) })
 	return link(b, pes, 0, 1)
 }
 
 // latencySetup returns a link to a peer PE and a raw 8-byte ping-pong on
 // the same path: both in this process, or both in a peer process. With
-// busy, both PEs run with Config.BusyPoll (the raw ping-pong stays the
+// busy, both PEs run with Config.Spin = SpinOn (the raw ping-pong stays the
 // plain blocking one: it is the yardstick).
 func latencySetup(b *testing.B, proc, busy bool) (*Link, func()) {
 	if proc {
@@ -185,7 +185,7 @@ func BenchmarkFetchAdd8(b *testing.B) {
 	})
 }
 
-// BenchmarkGet8BusyPoll is BenchmarkGet8 with Config.BusyPoll on both
+// BenchmarkGet8BusyPoll is BenchmarkGet8 with Config.Spin = SpinOn on both
 // PEs: the caller and the peer's reader poll their sockets instead of
 // sleeping (target: well below the raw ping-pong, ratio < 1).
 func BenchmarkGet8BusyPoll(b *testing.B) {
@@ -193,7 +193,7 @@ func BenchmarkGet8BusyPoll(b *testing.B) {
 	latencyBenchMode(b, true, func(l *Link) error { return l.Get(dst, 0) })
 }
 
-// BenchmarkFetchAdd8BusyPoll is BenchmarkFetchAdd8 with Config.BusyPoll
+// BenchmarkFetchAdd8BusyPoll is BenchmarkFetchAdd8 with Config.Spin = SpinOn
 // on both PEs.
 func BenchmarkFetchAdd8BusyPoll(b *testing.B) {
 	latencyBenchMode(b, true, func(l *Link) error {

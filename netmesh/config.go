@@ -58,16 +58,17 @@ type Config struct {
 	// autotuning off for the socket.
 	SockBuf int
 
-	// BusyPoll (GOSHMEM_BUSYPOLL=1) trades processor time for latency: a
-	// goroutine waiting for bytes on a stream polls the socket with
-	// non-blocking reads instead of sleeping in the Go netpoller, and a
-	// caller waiting for a reply that another goroutine is reading polls
-	// instead of sleeping. A caller blocked in Get, Atomic or Flush then
-	// keeps a processor busy until its reply arrives, and each stream's
-	// reader goroutine keeps one busy for up to a millisecond after the
-	// last bytes arrived. Worth it with a core to spare per PE; with more
-	// busy goroutines than cores it is slower than the default.
-	BusyPoll bool
+	// Spin chooses whether goroutines that wait on a stream poll its
+	// socket with non-blocking reads before they sleep in the Go
+	// netpoller (spin.go, docs/wire.md "Engine"). A round trip between
+	// two polling PEs wakes no thread, which on loopback is most of its
+	// cost, but each poller keeps a core busy while it polls. SpinAuto
+	// (the zero value) polls unless the mesh was told that its machine is
+	// oversubscribed (Mesh.SetOversubscribed), within bounds, and
+	// pauses polling in the whole process while it keeps not paying;
+	// SpinOn polls even when oversubscribed, and the reader goroutine
+	// also polls for a while after the last bytes; SpinOff never polls.
+	Spin SpinMode
 
 	// Logf, if not nil, receives one line per refused connection, lost
 	// link and protocol violation.
@@ -103,6 +104,8 @@ func (c *Config) normalize() error {
 		return bad("negative timeout, heartbeat, misses or socket buffer")
 	case c.Streams < 0 || c.Streams > maxStreams:
 		return bad("%d streams, want 1..%d", c.Streams, maxStreams)
+	case c.Spin > SpinOff:
+		return bad("spin mode %d", c.Spin)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = defaultTimeout

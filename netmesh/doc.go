@@ -34,9 +34,11 @@
 // token over. While no caller reads, the connection's reader goroutine
 // does: it sleeps on an epoll set of its own, in which the socket is armed
 // only while the token is free, so a caller's round trip wakes nobody but
-// the caller. With Config.BusyPoll a goroutine waiting for bytes polls the
-// socket instead of sleeping in the netpoller: lower latency for a
-// processor kept busy (see Config.BusyPoll and docs/wire.md, "Engine").
+// the caller. While it pays (Config.Spin, spin.go), a goroutine waiting
+// for bytes polls the socket before it sleeps in the netpoller, and a
+// goroutine waiting for its segment to change can poll every stream
+// (Mesh.Poll): about the kernel's round trip instead of a thread wake-up
+// per frame (docs/wire.md, "Engine").
 //
 // Faults: a peer that closes, resets, stays silent for Heartbeat*Misses,
 // or leaves sent data unacknowledged that long is lost: every operation

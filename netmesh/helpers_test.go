@@ -190,3 +190,12 @@ func ipv6Loopback() bool {
 	ln.Close()
 	return true
 }
+
+// spinMode is SpinOn for busy, else SpinOff: the tests and benchmarks
+// compare the two ways of waiting, whatever SpinAuto would choose here.
+func spinMode(busy bool) SpinMode {
+	if busy {
+		return SpinOn
+	}
+	return SpinOff
+}

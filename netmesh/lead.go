@@ -2,8 +2,6 @@ package netmesh
 
 import (
 	"errors"
-	"fmt"
-	"math"
 	"os"
 	"runtime"
 	"time"
@@ -29,59 +27,28 @@ import (
 //     pending, else frees it.
 //   - While the token is free the stream's reader goroutine watches the
 //     socket: it sleeps in the netpoller on the stream's own epoll set
-//     (watch.go), in which the socket is armed (one-shot) only while the
-//     token is free. Bytes that arrive then wake it; it takes the token,
-//     applies what the socket holds, and frees the token again when a
-//     read finds nothing (or hands it to a follower). A caller that takes
-//     the free token disarms the socket first, so its own reply wakes
-//     nobody else: a caller's round trip costs two epoll_ctl calls and no
-//     goroutine wake-up, which matters because readying a goroutine on an
-//     otherwise idle process wakes a second thread (wakep) that then
-//     takes the network wake-ups away from the first.
+//     (watch.go), in which the socket is armed only while the token is
+//     free or held by the reader goroutine. Bytes that arrive then wake
+//     it; it takes the token, applies what the socket holds, and frees the
+//     token again when a read finds nothing (or hands it to a follower).
+//     A caller that takes the free token disarms the socket, so its reply
+//     wakes nobody else: a caller's round trip costs two epoll_ctl calls
+//     and no goroutine wake-up, which matters because readying a
+//     goroutine on an otherwise idle process wakes a second thread
+//     (wakep) that then takes the network wake-ups away from the first.
 //
-// With Config.BusyPoll a holder waiting for bytes polls the socket with
-// non-blocking reads before it parks in the netpoller (a caller for up to
-// busySpin; the reader goroutine for busyIdle after the last bytes, then
-// it frees the token), and a follower polls its call for up to busySpin
-// before it sleeps.
+// While the spin policy allows it (spin.go), a holder waiting for bytes
+// polls the socket with non-blocking reads before it parks in the
+// netpoller (a caller for up to busySpin; with SpinOn the reader
+// goroutine too, for busyIdle after the last bytes), a follower polls its
+// call for up to followSpin before it sleeps, and a goroutine waiting for
+// its segment to change (Mesh.Poll) takes the free tokens of every stream
+// and polls them all.
 //
 // A caller holder parks in conn.Read; it is kicked out of it with a read
 // deadline in the past (or, when it polls, a flag) when its call was
 // completed by the link's failure or its deadline passed. Deadlines are
 // checked by the watchdog (watchdog.go), so no timer is set per call.
-
-// With BusyPoll, a caller polls for its reply for at most busySpin before
-// it sleeps in the netpoller as without BusyPoll, and the reader goroutine
-// polls an idle socket for busyIdle before it frees the token and sleeps.
-// Both are bounded because polling pays only while the peer's poller
-// runs too: on a machine with more runnable threads than cores the OS
-// deschedules a thread that polls for whole time slices, and polling
-// without a bound made round trips five times slower than sleeping.
-const (
-	busySpin = 100 * time.Microsecond
-	busyIdle = time.Millisecond
-)
-
-// spinCheck: a busy poller checks the clock and the link once every
-// spinCheck polls.
-const spinCheck = 32
-
-// spinYield: a busy poller yields its processor (runtime.Gosched) once
-// every spinYield polls (a poll that finds nothing costs about half a
-// microsecond). Often is costly: a Gosched with a processor idle wakes a
-// thread to take it (wakep). Seldom lets goroutines queued behind the
-// poller wait: 32 made two single-PE processes on two cores more than
-// twice as slow; 4096 stalled some operations for a millisecond.
-var spinYield = envInt("DBG_SPINYIELD", 256)
-
-func envInt(k string, d int) int {
-	if v := os.Getenv(k); v != "" {
-		var n int
-		fmt.Sscan(v, &n)
-		return n
-	}
-	return d
-}
 
 var (
 	errYield  = errors.New("netmesh: read token handed on")
@@ -140,11 +107,11 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 				}
 			}
 			st.rmu.Unlock()
-			if st.busy {
-				// Poll for up to busySpin, then sleep: followers that
+			if now := mono(); st.l.spinOK(now) {
+				// Poll for up to followSpin, then sleep: followers that
 				// yield forever keep the run queues full, and then the
 				// scheduler no longer polls the network for the leader.
-				for end := mono() + int64(busySpin); !c.woken() && mono() < end; {
+				for end := now + int64(followSpin); !c.woken() && mono() < end; {
 					runtime.Gosched()
 				}
 			}
@@ -319,11 +286,12 @@ func (st *stream) frameBuffered() bool {
 // readIdle reads what arrives into st.buf[st.w:] for the holder at a
 // frame boundary, or returns errYield when it should hand the token on.
 //
-// The reader goroutine (c == nil) never waits: a read that finds nothing
-// (after busyIdle of polling with BusyPoll) yields, and the watch takes
-// over. A caller waits for its reply: with BusyPoll polling for up to
-// busySpin, then parked in conn.Read, from which a kick (a read deadline
-// in the past) gets it out.
+// A reader without a call (c == nil: the reader goroutine, or a
+// Mesh.Poll) never waits: a read that finds nothing (for the reader
+// goroutine with SpinOn, after busyIdle of polling) yields, and the watch
+// or the poller's loop takes over. A caller waits for its reply: while
+// the spin policy allows, polling for up to busySpin, then parked in
+// conn.Read, from which a kick (a read deadline in the past) gets it out.
 func (st *stream) readIdle(c *call) (int, error) {
 	if c == nil {
 		st.kick.Store(false)
@@ -331,8 +299,8 @@ func (st *stream) readIdle(c *call) (int, error) {
 			return 0, errYield
 		}
 		var budget int64 = -1 // one read
-		if st.busy {
-			budget = mono() + int64(busyIdle)
+		if now := mono(); !st.polled && st.l.m.cfg.Spin == SpinOn && st.l.spinOK(now) {
+			budget = now + int64(busyIdle)
 		}
 		k, err := st.poll(budget)
 		if k == 0 && err == nil {
@@ -341,8 +309,8 @@ func (st *stream) readIdle(c *call) (int, error) {
 		return k, err
 	}
 	var spinUntil int64
-	if st.busy {
-		spinUntil = math.MaxInt64 // until the reply, a kick or the link's end
+	if now := mono(); st.l.spinOK(now) {
+		spinUntil = now + int64(busySpin)
 	}
 	for {
 		st.rmu.Lock()
@@ -351,13 +319,23 @@ func (st *stream) readIdle(c *call) (int, error) {
 			st.rmu.Unlock()
 			return 0, errYield
 		}
-		if spinUntil != 0 && st.l.Err() == nil && mono() < spinUntil {
-			st.rmu.Unlock()
-			k, err := st.poll(spinUntil)
-			if k > 0 || err != nil {
-				return k, err
+		if spinUntil != 0 && st.l.Err() == nil {
+			if now := mono(); now >= spinUntil {
+				spinMissed(now) // polling did not pay: sleep
+				spinUntil = 0
+			} else if now < spinOff.Load() {
+				spinUntil = 0 // paused meanwhile
+			} else {
+				st.rmu.Unlock()
+				k, err := st.poll(spinUntil)
+				if k > 0 {
+					spinPaid()
+				}
+				if k > 0 || err != nil {
+					return k, err
+				}
+				continue // kicked, or the budget is spent: look again
 			}
-			continue // kicked, or the budget is spent: look again
 		}
 		st.inRead = true
 		st.rmu.Unlock()

@@ -99,7 +99,7 @@ func TestTimeoutsOfLeaderAndFollowers(t *testing.T) {
 			p, r := rawJob(t, 1<<16, func(c *Config) {
 				c.Timeout = 300 * time.Millisecond
 				c.Heartbeat = 10 * time.Second
-				c.BusyPoll = busy
+				c.Spin = spinMode(busy)
 			})
 			l := p.m.Link(0)
 			const n = 6
@@ -152,7 +152,7 @@ func TestTimeoutsOfLeaderAndFollowers(t *testing.T) {
 func TestCloseEndsLeader(t *testing.T) {
 	for _, busy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("busy=%v", busy), func(t *testing.T) {
-			p, r := rawJob(t, 1<<16, func(c *Config) { c.Heartbeat = 10 * time.Second; c.BusyPoll = busy })
+			p, r := rawJob(t, 1<<16, func(c *Config) { c.Heartbeat = 10 * time.Second; c.Spin = spinMode(busy) })
 			l := p.m.Link(0)
 			res := make(chan error, 3)
 			for i := 0; i < 3; i++ { // a leader and two followers
@@ -190,7 +190,7 @@ func TestCloseEndsLeader(t *testing.T) {
 func TestWatchAfterLeader(t *testing.T) {
 	for _, busy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("busy=%v", busy), func(t *testing.T) {
-			p, r := rawJob(t, 1<<16, func(c *Config) { c.Heartbeat = 10 * time.Second; c.BusyPoll = busy })
+			p, r := rawJob(t, 1<<16, func(c *Config) { c.Heartbeat = 10 * time.Second; c.Spin = spinMode(busy) })
 			l := p.m.Link(0)
 			for round := 0; round < 20; round++ {
 				res := make(chan error, 1)

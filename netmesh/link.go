@@ -472,6 +472,29 @@ func (l *Link) AtomicNBI(width int, op heap.AtomicOp, off, v, cond uint64, dst *
 	return l.opErr(q.commit(sendLater, false))
 }
 
+// Signal stores v into the 8-byte word at off of the peer's segment (an
+// ATOMIC set that asks for no reply) and returns without waiting for the
+// peer. It is for the runtime's own control words, whose only reader
+// waits for them to arrive (a barrier's flags): it is written at once
+// rather than by the writer goroutine, so it costs no goroutine wake-up,
+// and Flush does not wait for it (it is not counted by Outstanding),
+// though like every frame it is applied after what was queued before it
+// on stream 0.
+func (l *Link) Signal(off, v uint64) error {
+	if _, _, err := l.checkAtomic(8, heap.OpSet, off, v, 0); err != nil {
+		return err
+	}
+	q := l.streams[0].q
+	b, err := q.open()
+	if err != nil {
+		return l.opErr(err)
+	}
+	old := len(b.buf)
+	b.buf = appendAtomic(b.buf, 0, byte(heap.OpSet), 8, off, v, 0)
+	b.addBuf(old)
+	return l.opErr(q.commit(sendNow, false))
+}
+
 // Flush returns once the peer has applied every frame this side queued on
 // the link before the call, and every reply to a GET or atomic queued
 // before it has arrived. Only streams with something new since their last
@@ -592,7 +615,6 @@ type stream struct {
 	buf     []byte
 	r, w    int
 	raw     syscall.RawConn
-	busy    bool // Config.BusyPoll
 	sp      spinState
 	w8      watcher // the reader goroutine's watch on the socket (watch.go)
 	watchFn func(uintptr) bool
@@ -608,6 +630,7 @@ type stream struct {
 	rerr         error        // why, for the reader goroutine to report
 	nwait        atomic.Int32 // followers queued
 	kick         atomic.Bool  // the holder should look up (a polling holder checks it)
+	polled       bool         // the token is held by a Mesh.Poll (holder is nil): read once per look
 
 	// Watchdog state, owned by the watchdog goroutine.
 	seenRecv, seenSend uint64
@@ -616,7 +639,7 @@ type stream struct {
 
 func newStream(l *Link, idx int, c *net.TCPConn) (*stream, error) {
 	st := &stream{l: l, idx: idx, conn: c, stop: make(chan struct{}), gone: make(chan struct{}),
-		buf: make([]byte, readBuf), busy: l.m.cfg.BusyPoll}
+		buf: make([]byte, readBuf)}
 	q, err := newSendQueue(c, func(err error) { l.fail(l.lostErr(err), true) })
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goshmem/goshmem/internal/errs"
@@ -30,6 +31,9 @@ type Mesh struct {
 	hsConns  map[net.Conn]struct{} // connections in the handshake
 	closing  bool
 	changed  chan struct{} // closed (and replaced) when a link becomes ready or fails
+
+	pollList atomic.Pointer[[]*stream] // the streams of ready links, for Poll (spin.go); set under mu
+	oversub  atomic.Bool               // SetOversubscribed
 }
 
 // Listen checks cfg, listens on cfg.Listen and starts accepting peers.
@@ -436,6 +440,7 @@ func (m *Mesh) start(st *stream) {
 	l.up++
 	if l.up == len(l.streams) {
 		l.ready = true
+		m.updatePollList()
 		m.notifyChanged()
 	}
 }

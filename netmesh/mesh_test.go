@@ -18,7 +18,7 @@ type transport struct {
 	name    string
 	host    string
 	streams int
-	busy    bool // Config.BusyPoll
+	busy    bool // Config.Spin = SpinOn, else SpinOff
 }
 
 func transports(t *testing.T) []transport {
@@ -38,7 +38,7 @@ func transports(t *testing.T) []transport {
 func (tr transport) job(t *testing.T, n, memSize int, edit func(*Config)) []*tpe {
 	return newJob(t, n, memSize, tr.host, func(c *Config) {
 		c.Streams = tr.streams
-		c.BusyPoll = tr.busy
+		c.Spin = spinMode(tr.busy)
 		if edit != nil {
 			edit(c)
 		}

@@ -27,7 +27,7 @@ func TestBenchPeerProcess(t *testing.T) {
 	}
 	mem := make([]byte, 8<<20)
 	busy := os.Getenv(peerEnv) == "busy"
-	m, err := Listen(Config{Rank: 1, Size: 2, JobID: testJob, Key: testKey, Mem: mem, Listen: "127.0.0.1:0", BusyPoll: busy})
+	m, err := Listen(Config{Rank: 1, Size: 2, JobID: testJob, Key: testKey, Mem: mem, Listen: "127.0.0.1:0", Spin: spinMode(busy)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestBenchPeerProcess(t *testing.T) {
 
 // peerProcess starts the peer process and returns PE 0's link to it and
 // the address of its raw echo server. With busy, both PEs run with
-// Config.BusyPoll.
+// Config.Spin = SpinOn.
 func peerProcess(b *testing.B, busy bool) (*Link, string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchPeerProcess$")
 	mode := "1"
@@ -88,7 +88,7 @@ func peerProcess(b *testing.B, busy bool) (*Link, string) {
 		}
 	}
 	go io.Copy(io.Discard, stdout)
-	p := newPE(b, 0, 2, 8<<20, "127.0.0.1", func(c *Config) { c.BusyPoll = busy })
+	p := newPE(b, 0, 2, 8<<20, "127.0.0.1", func(c *Config) { c.Spin = spinMode(busy) })
 	b.Cleanup(func() { p.m.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -4,7 +4,7 @@ package netmesh
 // check, the raw system calls and the one copy hidden from the race
 // detector. The raw write lets a stream's reader try to send its
 // responses without ever blocking (see sendQueue.tryFlush); the raw read
-// lets it look for bytes without waiting, once or, with Config.BusyPoll,
+// lets it look for bytes without waiting, once or, while the spin policy allows,
 // over and over (lead.go); the stream's epoll set is in watch.go;
 // everything else goes through package net. Assumptions: the descriptor
 // is a connected TCP socket that package net has put in non-blocking
@@ -142,7 +142,7 @@ func aligned(p []byte, n uintptr) bool {
 
 // spinState is a stream's non-blocking reader (lead.go, stream.poll):
 // poll reads the socket without waiting, once (budget -1) or over and
-// over (Config.BusyPoll) until bytes arrive, the read fails or the stream
+// over (spin.go) until bytes arrive, the read fails or the stream
 // is kicked; every spinCheck polls it also gives up when the link is down
 // or the budget passed, and every spinYield polls it yields the
 // processor, so that goroutines queued behind it run. Like nbWriter, its
@@ -157,6 +157,10 @@ type spinState struct {
 }
 
 func (s *spinState) poll(fd uintptr) bool {
+	last := int64(0)
+	if s.budget >= 0 {
+		last = mono()
+	}
 	for i := 1; ; i++ {
 		n, err := unix.Read(int(fd), s.p)
 		switch {
@@ -175,11 +179,23 @@ func (s *spinState) poll(fd uintptr) bool {
 		if s.budget < 0 || s.st.kick.Load() {
 			return true
 		}
-		if i%spinCheck == 0 && (s.st.l.err.Load() != nil || mono() > s.budget) {
-			return true
+		if i%spinCheck == 0 {
+			now := mono()
+			if now-last > spinSlow {
+				// The poller was off its processor for most of the last
+				// spinCheck polls: more threads want to run than there
+				// are cores, and polling only makes it worse.
+				spinMissed(now)
+				return true
+			}
+			if s.st.l.err.Load() != nil || now > s.budget {
+				return true
+			}
+			last = now
 		}
 		if i%spinYield == 0 {
 			runtime.Gosched()
+			last = mono() // time given away is not time lost
 		}
 	}
 }

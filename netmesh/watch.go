@@ -22,13 +22,14 @@ import (
 //
 // The entry is edge-triggered, and nobody collects its events except to
 // clear them: the set's own wake-up of the netpoller is all that matters.
-// The kernel signals the set's pollers when an entry joins its ready
-// list, not when an entry that is still on it is re-armed, so before
-// arming, an entry that may still be queued from an arrival that the
-// reader goroutine has already handled is cleared (epoll_wait without
-// waiting). It can be queued only if the reader goroutine woke since the
-// last arming (dirty); an arrival whose wake-up the reader has not yet
-// handled needs no new signal.
+// The kernel signals the set's pollers on each arrival while the socket
+// is armed, and when arming finds it readable, but not when arming finds
+// its entry still queued from an earlier arrival. So before arming, an
+// entry that may still be queued from an arrival that the reader
+// goroutine has already handled is cleared (epoll_wait without waiting).
+// It can be queued only if the reader goroutine woke since the last
+// arming (dirty); an arrival whose wake-up the reader has not yet handled
+// needs no new signal.
 type watcher struct {
 	f      *os.File
 	raw    syscall.RawConn // of f

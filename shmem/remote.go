@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -82,6 +83,24 @@ func listenAddr(rendezvous string) (string, error) {
 	return net.JoinHostPort(ip.String(), "0"), nil
 }
 
+// spinEnv reads GOSHMEM_BUSYPOLL, whether waits on the TCP links poll
+// their sockets before they sleep: unset, empty or "auto" lets netmesh
+// decide (it polls unless this machine's PEs outnumber its CPUs, and
+// pauses while polling does not pay); 1/on/true/yes polls even then;
+// 0/off/false/no never polls.
+func spinEnv() (netmesh.SpinMode, error) {
+	v := strings.ToLower(strings.TrimSpace(os.Getenv("GOSHMEM_BUSYPOLL")))
+	switch v {
+	case "", "auto":
+		return netmesh.SpinAuto, nil
+	case "1", "on", "true", "yes":
+		return netmesh.SpinOn, nil
+	case "0", "off", "false", "no":
+		return netmesh.SpinOff, nil
+	}
+	return 0, fmt.Errorf("shmem: GOSHMEM_BUSYPOLL=%q: want auto, 1 (on) or 0 (off): %w", v, ErrInvalid)
+}
+
 // meshEnv reads the netmesh tuning variables: GOSHMEM_STREAMS
 // (connections per pair for striping large transfers), GOSHMEM_SOCKBUF
 // (socket buffer bytes, with K/M suffixes) and GOSHMEM_HEARTBEAT (idle
@@ -117,13 +136,15 @@ func (pe *PE) startMesh(jobID string, key []byte, listen string) error {
 	if err != nil {
 		return err
 	}
+	spin, err := spinEnv()
+	if err != nil {
+		return err
+	}
 	self := &pe.peers[pe.rank]
 	m, err := netmesh.Listen(netmesh.Config{
 		Streams: streams, SockBuf: sockbuf, Heartbeat: heartbeat,
-		// GOSHMEM_BUSYPOLL: blocked operations and readers spin instead of
-		// parking: lower latency for a core's worth of CPU per PE.
-		BusyPoll: envTrue("GOSHMEM_BUSYPOLL"),
-		Rank:     pe.rank, Size: pe.npes, JobID: jobID, Key: key, Mem: pe.mem,
+		Spin: spin,
+		Rank: pe.rank, Size: pe.npes, JobID: jobID, Key: key, Mem: pe.mem,
 		Notify:  func(off, n uint64) { pe.notify(self, off, n) },
 		Listen:  listen,
 		Timeout: pe.cfg.Timeout,
@@ -170,7 +191,41 @@ func (pe *PE) connectMesh(ctx context.Context, addrs []string) error {
 		pe.peers[r].link = l
 		pe.peers[r].addr = peers[r] // the address it listens on
 	}
+	pe.mesh.SetOversubscribed(onThisMachine(pe, addrs) > runtime.NumCPU())
 	return nil
+}
+
+// onThisMachine counts the PEs that run on this machine and so share its
+// CPUs: the PEs whose heaps this PE maps (itself included), and the
+// remote ones that listen on a loopback address or on one of this
+// machine's own addresses (pretend hosts, or several hosts' worth of PEs
+// started on one machine). PEs in other network namespaces of the same
+// machine are not seen; netmesh's spin policy notices them by itself
+// when polling stops paying.
+func onThisMachine(pe *PE, addrs []string) int {
+	local := map[string]bool{}
+	if ifAddrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range ifAddrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				local[ipn.IP.String()] = true
+			}
+		}
+	}
+	n := 0
+	for r, a := range addrs {
+		if r == pe.rank || pe.peers[r].mem != nil {
+			n++
+			continue
+		}
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			continue
+		}
+		if ip := net.ParseIP(host); ip != nil && (ip.IsLoopback() || local[ip.String()]) {
+			n++
+		}
+	}
+	return n
 }
 
 // thunderboltBridge reports whether ip is a link-local IPv4 address

@@ -23,14 +23,16 @@ func (pe *PE) rawAtomic(target int, off uint64, width int, op heap.AtomicOp, v, 
 // storeWord atomically stores v into the 8-byte runtime word at off of
 // target's segment and wakes target's sleepers. Over TCP it does not wait
 // for the peer: the store travels in order in the link's stream, and the
-// peer only ever waits for it to arrive.
+// peer only ever waits for it to arrive. So it is written at once and a
+// later Quiet does not wait for it (netmesh's Signal): a BarrierAll
+// flushes a link only when the program put something on it.
 func (pe *PE) storeWord(target int, off uint64, v uint64) error {
 	p, err := pe.peer(target)
 	if err != nil {
 		return err
 	}
 	if p.mem == nil {
-		return p.link.AtomicNBI(8, heap.OpSet, off, v, 0, nil)
+		return p.link.Signal(off, v)
 	}
 	_, err = pe.rawAtomic(target, off, 8, heap.OpSet, v, 0)
 	return err
@@ -46,6 +48,7 @@ type remoteLink interface {
 	Atomic(width int, op heap.AtomicOp, off, v, cond uint64) (uint64, error)
 	AtomicNBI(width int, op heap.AtomicOp, off, v, cond uint64, dst *uint64) error
 	PutSignal(off uint64, src []byte, sigOff uint64, add bool, v uint64) error
+	Signal(off, v uint64) error
 	Flush() error
 	Fence() error
 	Outstanding() bool

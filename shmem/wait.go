@@ -26,7 +26,8 @@ const (
 	yieldFor    = 300 * time.Microsecond
 	firstSleep  = 100 * time.Microsecond
 	longestNap  = 20 * time.Millisecond
-	spinBetween = 64 // condition checks between clock reads
+	spinBetween = 64               // condition checks between clock reads
+	pollFor     = time.Millisecond // a PE with TCP links: polling its sockets, per wait
 )
 
 // await returns nil once cond is true. cond must only read the n bytes
@@ -112,6 +113,15 @@ func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
 // processes, which wake only futex sleepers. Those are seen within the
 // timer's nap, 1 ms at most.
 func (pe *PE) parkUntil(start time.Time, off, n uint64, cond func() bool, what func() string) error {
+	// First the wait polls the links' sockets itself, while netmesh's spin
+	// policy says that pays (not when this machine's PEs outnumber its
+	// CPUs): the frame that ends the wait is then read and applied by
+	// this goroutine, instead of waking a reader goroutine that then
+	// wakes this one. Poll checks cond after every look, so writers on
+	// this host are seen as promptly.
+	if pe.mesh.Poll(pollFor, cond) {
+		return nil
+	}
 	tok := heap.BeginSleep(pe.mem, off, n)
 	defer heap.EndSleep(pe.mem, tok)
 	nap := 20 * time.Microsecond

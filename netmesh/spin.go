@@ -1,0 +1,250 @@
+package netmesh
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// When waiting goroutines poll their sockets (the spin policy).
+//
+// On loopback most of a round trip that sleeps in the Go netpoller is
+// the wake-up of the sleeping goroutine and its thread; a round trip
+// between two goroutines that poll their sockets with non-blocking reads
+// costs about the kernel's own round trip (docs/wire.md, "Engine"). A
+// poll pays only while the peer's poller runs too, so every poll is
+// bounded, and polling stops paying when more threads want to run than
+// there are cores: then the OS deschedules pollers for whole time slices
+// and round trips took up to 35 times as long as sleeping. So:
+//
+//   - SpinAuto polls only when the machine is not oversubscribed
+//     (Mesh.SetOversubscribed, which shmem calls when the PEs on this
+//     machine outnumber its CPUs);
+//   - a caller polls for at most busySpin per wait, a follower for
+//     followSpin, a Mesh.Poll for the budget its caller gives;
+//   - a poll that does not pay (a caller's budget ran out before its
+//     reply came, or a poller finds that it was off its processor for
+//     most of its last spinCheck polls) is a miss; from missRun misses in
+//     a row on, polling pauses in the whole process, for spinPause
+//     doubling up to spinMax, until a caller's poll gets its reply again.
+//
+// Bounds much shorter than these made pollers in one process take turns
+// burning their budgets, and a pause after a single miss kept polling off
+// on a shared machine, where about one round trip in 200 takes three
+// times as long as the others.
+
+// SpinMode is Config.Spin.
+type SpinMode uint8
+
+const (
+	SpinAuto SpinMode = iota // poll while it pays, never when oversubscribed
+	SpinOn                   // poll even when oversubscribed (GOSHMEM_BUSYPOLL=1)
+	SpinOff                  // never poll (GOSHMEM_BUSYPOLL=0)
+)
+
+const (
+	busySpin   = time.Millisecond       // a caller's poll, per wait
+	followSpin = 200 * time.Microsecond // a follower's poll, per wait
+	busyIdle   = time.Millisecond       // with SpinOn, the reader goroutine's poll after the last bytes
+	spinPause  = time.Millisecond       // the first pause; it doubles while misses go on
+	spinMax    = 64 * time.Millisecond  // the longest pause
+	missRun    = 4                      // misses in a row that pause polling
+)
+
+// spinCheck: a poller checks the clock and the link once every spinCheck
+// polls. If they took longer than spinSlow (a poll that finds nothing
+// takes about half a microsecond), the poller was descheduled: a miss.
+const (
+	spinCheck = 32
+	spinSlow  = int64(spinCheck * 4 * time.Microsecond)
+)
+
+// spinYield: a poller yields its processor (runtime.Gosched) once every
+// spinYield polls. While a goroutine polls, no thread of the process may
+// be sleeping in the netpoller, and then nobody collects network events
+// for the process's other goroutines (the peer PE's reader, in one
+// process) until the poller yields: a Gosched with a processor idle wakes
+// a thread (wakep), which finds them. 256 made the first poll after a
+// pause miss nearly every time; 4096 stalled operations for a
+// millisecond.
+const spinYield = 32
+
+// Polling is paused for the whole process until spinOff (a mono() time):
+// it pays or not according to the processors free on the machine, which
+// every mesh of the process shares. spinMisses counts the misses in a
+// row.
+var (
+	spinOff    atomic.Int64
+	spinMisses atomic.Int32
+)
+
+// spinMissed records a poll that did not pay, at mono() time now.
+func spinMissed(now int64) {
+	n := spinMisses.Add(1)
+	if n < missRun {
+		return
+	}
+	pause := spinMax
+	if n-missRun < 6 {
+		pause = min(spinPause<<(n-missRun), spinMax)
+	}
+	spinOff.Store(now + int64(pause))
+}
+
+// spinPaid records a poll that got what it waited for.
+func spinPaid() {
+	if spinMisses.Load() != 0 {
+		spinMisses.Store(0)
+	}
+}
+
+// spinOK reports whether the mesh's waits may poll at mono() time now.
+func (m *Mesh) spinOK(now int64) bool {
+	switch {
+	case m.cfg.Spin == SpinOff, m.cfg.Spin == SpinAuto && m.oversub.Load():
+		return false
+	}
+	return now >= spinOff.Load()
+}
+
+func (l *Link) spinOK(now int64) bool { return l.m.spinOK(now) }
+
+// SetOversubscribed tells the mesh whether its machine runs more PEs (or
+// other busy threads) than it has processors. Then a poller would take
+// the processor its peer needs, and SpinAuto does not poll.
+func (m *Mesh) SetOversubscribed(v bool) { m.oversub.Store(v) }
+
+// pollMax is the most streams one Poll reads; with more, it polls the
+// first pollMax free ones and leaves the rest to their reader goroutines.
+const pollMax = 32
+
+// Poll lets a goroutine that waits for its own segment to change (a
+// wait-until, a barrier) read the mesh's sockets itself instead of
+// sleeping while the streams' reader goroutines are woken for each
+// frame: it takes the read token of every stream that is free, applies
+// what arrives (calling Notify as every reader does), and returns true as
+// soon as done reports true. It returns false when d passed since the
+// last bytes arrived (so a PE that waits while its peers work on its
+// memory goes on serving them at polling speed), when polling does not
+// pay now (the spin policy: at once when it
+// is off, oversubscribed or paused), or when the mesh has no streams. The
+// caller then sleeps as it would have without Poll; done must be cheap
+// and must not call a blocking Link method.
+//
+// A stream's token is handed on at once to a caller that queues for it
+// (a Get or Flush of another goroutine), and a poller never blocks in a
+// read, so Poll delays nobody's reply. Goroutines that poll at the same
+// time share the streams: each polls the free ones.
+func (m *Mesh) Poll(d time.Duration, done func() bool) bool {
+	now := mono()
+	if !m.spinOK(now) {
+		return false
+	}
+	streams := m.pollList.Load()
+	if streams == nil || len(*streams) == 0 {
+		return false
+	}
+	var buf [pollMax]*stream
+	held := takeFree(*streams, buf[:0])
+	end := now + int64(d)
+	last := now
+	ok := false
+	for i := 1; ; i++ {
+		for j := 0; j < len(held); {
+			st := held[j]
+			seen := st.recvs.Load()
+			err := st.serve(nil) // applies what is buffered and what one read brings
+			if st.recvs.Load() != seen {
+				// Traffic: a PE that waits while others use its memory
+				// keeps serving them at polling speed. Time spent applying
+				// frames is not time the OS took away (see below).
+				last = mono()
+				end = last + int64(d)
+			}
+			if err == errYield && st.nwait.Load() == 0 {
+				j++
+				continue
+			}
+			// A caller queued for the token, or the stream ended.
+			st.rmu.Lock()
+			st.unpollLocked(err)
+			st.rmu.Unlock()
+			held[j] = held[len(held)-1]
+			held = held[:len(held)-1]
+		}
+		if done() {
+			ok = true
+			break
+		}
+		if i%spinCheck == 0 {
+			now := mono()
+			if now-last > spinSlow {
+				spinMissed(now) // descheduled: polling makes it worse
+				break
+			}
+			if now > end || now < spinOff.Load() {
+				break
+			}
+			last = now
+			if len(held) < len(*streams) {
+				held = takeFree(*streams, held) // tokens handed to callers come back free
+			}
+		}
+		if i%spinYield == 0 {
+			runtime.Gosched()
+			last = mono() // time given away is not time lost
+		}
+	}
+	for _, st := range held {
+		st.rmu.Lock()
+		st.unpollLocked(errYield)
+		st.rmu.Unlock()
+	}
+	return ok
+}
+
+// takeFree takes the read token of every stream in streams that is free,
+// for a Poll, and returns held with them appended (at most pollMax).
+func takeFree(streams, held []*stream) []*stream {
+	for _, st := range streams {
+		if len(held) == pollMax {
+			break
+		}
+		st.rmu.Lock()
+		if !st.held && !st.ended {
+			st.held, st.polled = true, true
+			st.w8.disarm(st) // its arrivals are ours: wake nobody
+			held = append(held, st)
+		}
+		st.rmu.Unlock()
+	}
+	return held
+}
+
+// unpollLocked gives up a token that a Poll held: err is what its last
+// serve returned (errYield: the stream is fine). st.rmu is held.
+func (st *stream) unpollLocked(err error) {
+	st.polled = false
+	if err != errYield {
+		st.endLocked(err)
+		return
+	}
+	st.releaseLocked()
+}
+
+// updatePollList rebuilds the list of running streams that Poll reads.
+// m.mu is held.
+func (m *Mesh) updatePollList() {
+	var list []*stream
+	for _, l := range m.links {
+		if !l.ready || l.Err() != nil {
+			continue
+		}
+		for _, st := range l.streams {
+			if st != nil && st.started.Load() {
+				list = append(list, st)
+			}
+		}
+	}
+	m.pollList.Store(&list)
+}

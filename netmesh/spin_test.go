@@ -1,0 +1,115 @@
+package netmesh
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+	"time"
+)
+
+// A goroutine in Mesh.Poll reads the streams itself: the PUT that ends
+// its wait is applied by it, a GET from the peer is answered meanwhile,
+// and a caller of its own PE that needs the token during the poll gets
+// it at once.
+func TestPollAppliesAndHandsOver(t *testing.T) {
+	pes := newJob(t, 2, 1<<16, "127.0.0.1", func(c *Config) { c.Spin = SpinOn; c.Heartbeat = time.Hour })
+	p0, p1 := pes[0], pes[1]
+	copy(p0.mem[4096:4104], []byte("from-pe0"))
+	copy(p1.mem[4096:4104], []byte("from-pe1"))
+	to0, to1 := link(t, pes, 1, 0), link(t, pes, 0, 1)
+
+	// PE 1's Notify counts applied writes; the poller waits for the one
+	// PUT sent to PE 1 below.
+	base := p1.applied.Load()
+	done := func() bool { return p1.applied.Load() > base }
+	polled := make(chan bool, 1)
+	go func() { polled <- p1.m.Poll(10*time.Second, done) }()
+
+	// PE 1's own Get needs the stream the poller may hold.
+	got := make([]byte, 8)
+	if err := to0.Get(got, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, []byte("from-pe0")) {
+		t.Fatalf("PE 1 got %q", got)
+	}
+	// PE 0's Get is answered by whoever reads PE 1's end: the poller.
+	if err := to1.Get(got, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, []byte("from-pe1")) {
+		t.Fatalf("PE 0 got %q", got)
+	}
+	var v [8]byte
+	binary.LittleEndian.PutUint64(v[:], 42)
+	if err := to1.Put(0, v[:]); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ok := <-polled:
+		if !ok {
+			t.Fatal("Poll gave up")
+		}
+		p1.sync()
+		if w := binary.LittleEndian.Uint64(p1.mem[0:8]); w != 42 {
+			t.Fatalf("word %d after the PUT", w)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Poll did not return after the PUT it waited for")
+	}
+	// The streams work as before: the reader goroutines took them back.
+	binary.LittleEndian.PutUint64(v[:], 7)
+	if err := to1.Put(8, v[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := to1.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	p1.sync()
+	if binary.LittleEndian.Uint64(p1.mem[8:16]) != 7 {
+		t.Fatal("a PUT after the poll was not applied")
+	}
+}
+
+// Poll does not poll when the policy says it does not pay: SpinOff, or
+// SpinAuto on an oversubscribed machine. It reports false at once.
+func TestPollPolicy(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		mode    SpinMode
+		oversub bool
+		want    bool
+	}{
+		{"off", SpinOff, false, false},
+		{"auto-oversubscribed", SpinAuto, true, false},
+		{"on-oversubscribed", SpinOn, true, true},
+		{"auto", SpinAuto, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pes := newJob(t, 2, 1<<16, "127.0.0.1", func(cfg *Config) { cfg.Spin = c.mode })
+			m := pes[0].m
+			m.SetOversubscribed(c.oversub)
+			spinOff.Store(0) // no pause left by other tests
+			spinMisses.Store(0)
+			calls := 0
+			got := m.Poll(time.Second, func() bool { calls++; return true })
+			if got != c.want || (calls > 0) != c.want {
+				t.Fatalf("Poll = %v after %d checks, want %v", got, calls, c.want)
+			}
+		})
+	}
+}
+
+// A Poll that ends at once allocates nothing.
+func TestPollAllocs(t *testing.T) {
+	pes := newJob(t, 2, 1<<16, "127.0.0.1", func(c *Config) { c.Spin = SpinOn })
+	m := pes[0].m
+	done := func() bool { return true }
+	if n := testing.AllocsPerRun(100, func() {
+		if !m.Poll(time.Second, done) {
+			t.Fatal("Poll gave up")
+		}
+	}); n != 0 {
+		t.Fatalf("Poll allocates %v times per call", n)
+	}
+}
