@@ -30,24 +30,26 @@ func allToAll[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], dstStride, src
 	}
 	defer c.end()
 	k := kindOf[T]()
-	coll, what := uint64(collAllToAll), fmt.Sprintf("AllToAll of %d %v per pair", n, k)
+	coll := uint64(collAllToAll)
+	c.what = info{name: "AllToAll", k: k, n: n, per: "per pair", root: -1}
 	if strided {
-		coll, what = collAllToAllS, fmt.Sprintf("AllToAllS of %d %v per pair, strides %d and %d", n, k, dstStride, srcStride)
+		coll = collAllToAllS
+		c.what = info{name: "AllToAllS", k: k, n: n, per: "per pair", root: -1, dstStride: dstStride, srcStride: srcStride}
 	}
 	c.fail(symCheck(&c, src, "src"))
 	c.fail(symCheck(&c, dst, "dst"))
 	if n < 0 || dstStride < 1 || srcStride < 1 {
-		c.fail(fmt.Errorf("collective: %s: %w", what, shmem.ErrInvalid))
+		c.fail(fmt.Errorf("collective: %v: %w", c.what, shmem.ErrInvalid))
 	}
 	if c.local == nil {
-		c.fail(stridedLen(src, n*c.n, srcStride, "src", what))
-		c.fail(stridedLen(dst, n*c.n, dstStride, "dst", what))
+		c.fail(stridedLen(src, n*c.n, srcStride, "src", c.what))
+		c.fail(stridedLen(dst, n*c.n, dstStride, "dst", c.what))
 	}
 	if c.local == nil && overlaps(dst, src) {
-		c.fail(fmt.Errorf("collective: %s: dst and src overlap: %w", what, shmem.ErrInvalid))
+		c.fail(fmt.Errorf("collective: %v: dst and src overlap: %w", c.what, shmem.ErrInvalid))
 	}
-	desc := digest(coll, uint64(k), uint64(n), uint64(dstStride), uint64(srcStride), uint64(c.algo))
-	if _, err := c.sync(desc, what); err != nil {
+	c.desc = digest(coll, uint64(k), uint64(n), uint64(dstStride), uint64(srcStride), uint64(c.algo))
+	if _, err := c.sync(); err != nil {
 		return err
 	}
 	sl := src.Local()
@@ -68,18 +70,18 @@ func allToAll[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], dstStride, src
 	if err := c.pe.Quiet(); err != nil {
 		return err
 	}
-	_, err := c.sync(desc, what)
+	_, err := c.sync()
 	return err
 }
 
 // stridedLen checks that s holds cnt elements spaced stride apart: the
 // last at (cnt-1)*stride, computed without overflow.
-func stridedLen[T shmem.Elem](s shmem.Sym[T], cnt, stride int, name, what string) error {
+func stridedLen[T shmem.Elem](s shmem.Sym[T], cnt, stride int, name string, what info) error {
 	if cnt == 0 {
 		return nil
 	}
 	if cnt < 0 || cnt-1 > (math.MaxInt-1)/stride {
-		return fmt.Errorf("collective: %s: %s would need more than %d elements: %w", what, name, math.MaxInt, shmem.ErrOutOfBounds)
+		return fmt.Errorf("collective: %v: %s would need more than %d elements: %w", what, name, math.MaxInt, shmem.ErrOutOfBounds)
 	}
 	return lenCheck(s, (cnt-1)*stride+1, name, what)
 }

@@ -1,7 +1,7 @@
 package collective
 
 // The layout of a team's collective area on each member (the words and
-// bytes shmem.Team.CollectiveWords and CollectiveBytes hand out). Every
+// bytes shmem.Team.CollectiveArea hands out). Every
 // member has the same layout at the same offsets.
 //
 // Words (uint64, index: meaning):

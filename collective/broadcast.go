@@ -18,22 +18,22 @@ func Broadcast[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], root int) err
 	defer c.end()
 	k := kindOf[T]()
 	n := src.Len()
-	what := fmt.Sprintf("Broadcast of %d %v from root %d", n, k, root)
+	c.what = info{name: "Broadcast", k: k, n: n, root: root}
 	c.fail(symCheck(&c, src, "src"))
 	c.fail(symCheck(&c, dst, "dst"))
 	if root < 0 || root >= c.n {
-		c.fail(fmt.Errorf("collective: %s of a %d-PE team: %w", what, c.n, shmem.ErrBadPE))
+		c.fail(fmt.Errorf("collective: %v of a %d-PE team: %w", c.what, c.n, shmem.ErrBadPE))
 	}
-	c.fail(lenCheck(dst, n, "dst", what))
-	desc := digest(collBroadcast, uint64(k), uint64(n), uint64(root), uint64(c.algo))
+	c.fail(lenCheck(dst, n, "dst", c.what))
+	c.desc = digest(collBroadcast, uint64(k), uint64(n), uint64(root), uint64(c.algo))
 	if c.local != nil {
-		_, err := c.sync(desc, what)
+		_, err := c.sync()
 		return err
 	}
 	if c.algo != algoDirect && n*sizeOf[T]() <= c.g.payloadCap() {
-		return broadcastRD(&c, dst, src, root, desc, what)
+		return broadcastRD(&c, dst, src, root)
 	}
-	return broadcastDirect(&c, dst, src, root, desc, what)
+	return broadcastDirect(&c, dst, src, root)
 }
 
 // broadcastRD sends the root's data through recursive doubling over the
@@ -41,11 +41,11 @@ func Broadcast[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], root int) err
 // and a member without the data takes it from the first message that
 // has it. log2(n) message times, like a binomial tree, with no entry
 // handshake: no member writes another's dst.
-func broadcastRD[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int, desc uint64, what string) error {
+func broadcastRD[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) error {
 	n := src.Len()
 	sz := n * sizeOf[T]()
 	msg := newMsg(sz)
-	h := c.newHeader(desc)
+	h := c.newHeader(c.desc)
 	if c.me == root {
 		h.sum = 1
 		copy(msg[hdrBytes:], bytesOf(src.Local()))
@@ -59,7 +59,7 @@ func broadcastRD[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int, desc ui
 	if err != nil {
 		return err
 	}
-	if err := c.verdict(readHeader(msg), what); err != nil {
+	if err := c.verdict(readHeader(msg)); err != nil {
 		return err
 	}
 	if c.me != root || dst.Offset() != src.Offset() {
@@ -72,14 +72,14 @@ func broadcastRD[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int, desc ui
 // root's src straight into its own dst (over shared memory, from the
 // root's mapped heap: one copy per member, all at once), then an exit
 // exchange so the root's src is not reused while others read it.
-func broadcastDirect[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int, desc uint64, what string) error {
-	if _, err := c.sync(desc, what); err != nil {
+func broadcastDirect[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) error {
+	if _, err := c.sync(); err != nil {
 		return err
 	}
 	n := src.Len()
 	if err := fetchInto(dst.Local()[:n], src, 0, n, c.world(root)); err != nil {
 		return err
 	}
-	_, err := c.sync(desc, what)
+	_, err := c.sync()
 	return err
 }

@@ -18,9 +18,9 @@ func symCheck[T shmem.Elem](c *call, s shmem.Sym[T], name string) error {
 }
 
 // lenCheck fails when s has fewer than want elements.
-func lenCheck[T shmem.Elem](s shmem.Sym[T], want int, name, why string) error {
+func lenCheck[T shmem.Elem](s shmem.Sym[T], want int, name string, why info) error {
 	if s.Len() < want {
-		return fmt.Errorf("collective: %s has %d elements, %s needs %d: %w", name, s.Len(), why, want, shmem.ErrOutOfBounds)
+		return fmt.Errorf("collective: %s has %d elements, %v needs %d: %w", name, s.Len(), why, want, shmem.ErrOutOfBounds)
 	}
 	return nil
 }

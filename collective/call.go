@@ -22,6 +22,8 @@ type call struct {
 	lw    []uint64 // words.Local()
 	lb    []byte   // bytes.Local()
 	algo  algo
+	what  info   // the call, for error messages
+	desc  uint64 // the call's descriptor (digest)
 	// local is this PE's own argument error, if any; the call still
 	// takes part in the entry exchange so the others learn of it.
 	local error
@@ -33,7 +35,7 @@ func (c *call) begin(t *shmem.Team) error {
 	}
 	c.t, c.pe = t, t.PE()
 	c.n, c.me = t.NPEs(), t.MyPE()
-	c.words, c.bytes = t.CollectiveWords(), t.CollectiveBytes()
+	c.words, c.bytes = t.CollectiveArea()
 	c.lw, c.lb = c.words.Local(), c.bytes.Local()
 	c.g = newGeometry(c.n, len(c.lb))
 	if c.g.rounds > maxRounds || c.lw == nil || c.lb == nil {
@@ -175,7 +177,7 @@ func codeOf(err error) uint64 {
 // verdict turns the merged header of an entry exchange into the call's
 // outcome, the same on every member: nil when every member's arguments
 // were valid and agree.
-func (c *call) verdict(h header, what string) error {
+func (c *call) verdict(h header) error {
 	if c.local != nil {
 		return c.local
 	}
@@ -184,14 +186,14 @@ func (c *call) verdict(h header, what string) error {
 	}
 	switch h.minDesc {
 	case codeOutOfBounds:
-		return fmt.Errorf("collective: %s on a %d-PE team: another member's buffer is too small: %w", what, c.n, shmem.ErrOutOfBounds)
+		return fmt.Errorf("collective: %v on a %d-PE team: another member's buffer is too small: %w", c.what, c.n, shmem.ErrOutOfBounds)
 	case codeBadPE:
-		return fmt.Errorf("collective: %s on a %d-PE team: another member named a root outside the team: %w", what, c.n, shmem.ErrBadPE)
+		return fmt.Errorf("collective: %v on a %d-PE team: another member named a root outside the team: %w", c.what, c.n, shmem.ErrBadPE)
 	case codeInvalid:
-		return fmt.Errorf("collective: %s on a %d-PE team: another member's arguments are invalid: %w", what, c.n, shmem.ErrInvalid)
+		return fmt.Errorf("collective: %v on a %d-PE team: another member's arguments are invalid: %w", c.what, c.n, shmem.ErrInvalid)
 	}
-	return fmt.Errorf("collective: %s on a %d-PE team: members passed different counts, roots, operators, element types or algorithms: %w",
-		what, c.n, shmem.ErrAsymmetric)
+	return fmt.Errorf("collective: %v on a %d-PE team: members passed different counts, roots, operators, element types or algorithms: %w",
+		c.what, c.n, shmem.ErrAsymmetric)
 }
 
 // exchange is one recursive-doubling exchange over the team. msg holds
@@ -282,17 +284,47 @@ func (c *call) recv(par, slot int, k uint64, n int) ([]byte, error) {
 
 // sync is a header-only exchange that also checks agreement: the entry
 // or exit step of the algorithms that touch other members' buffers.
-func (c *call) sync(desc uint64, what string) (header, error) {
+func (c *call) sync() (header, error) {
 	var b [hdrBytes]byte
-	h := c.newHeader(desc)
-	return c.syncHeader(b[:], h, what)
+	return c.syncHeader(b[:], c.newHeader(c.desc))
 }
 
-func (c *call) syncHeader(b []byte, h header, what string) (header, error) {
+// syncHeader is sync with a header of the caller's (Collect's sums).
+func (c *call) syncHeader(b []byte, h header) (header, error) {
 	h.put(b)
 	if err := c.exchange(b, nil); err != nil {
 		return h, err
 	}
 	h = readHeader(b)
-	return h, c.verdict(h, what)
+	return h, c.verdict(h)
+}
+
+// info describes a call for error messages. It is formatted only when
+// a call fails.
+type info struct {
+	name                 string
+	op                   Op // 0: none
+	k                    kind
+	n                    int
+	per                  string // "per pair", "per PE" or ""
+	root                 int    // -1: none
+	dstStride, srcStride int    // AllToAllS
+}
+
+func (i info) String() string {
+	s := i.name
+	if i.op != 0 {
+		s += "(" + i.op.String() + ")"
+	}
+	s += fmt.Sprintf(" of %d %v", i.n, i.k)
+	if i.per != "" {
+		s += " " + i.per
+	}
+	if i.root >= 0 || i.root < -1 {
+		s += fmt.Sprintf(" with root %d", i.root)
+	}
+	if i.dstStride != 0 {
+		s += fmt.Sprintf(", strides %d and %d", i.dstStride, i.srcStride)
+	}
+	return s
 }

@@ -18,21 +18,21 @@ func FCollect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T]) error {
 	defer c.end()
 	k := kindOf[T]()
 	n := src.Len()
-	what := fmt.Sprintf("FCollect of %d %v per PE", n, k)
+	c.what = info{name: "FCollect", k: k, n: n, per: "per PE", root: -1}
 	c.fail(symCheck(&c, src, "src"))
 	c.fail(symCheck(&c, dst, "dst"))
-	c.fail(lenCheck(dst, n*c.n, "dst", what))
+	c.fail(lenCheck(dst, n*c.n, "dst", c.what))
 	if c.local == nil && overlaps(dst, src) {
-		c.fail(fmt.Errorf("collective: %s: dst and src overlap: %w", what, shmem.ErrInvalid))
+		c.fail(fmt.Errorf("collective: %v: dst and src overlap: %w", c.what, shmem.ErrInvalid))
 	}
-	desc := digest(collFCollect, uint64(k), uint64(n), uint64(c.algo))
-	if _, err := c.sync(desc, what); err != nil {
+	c.desc = digest(collFCollect, uint64(k), uint64(n), uint64(c.algo))
+	if _, err := c.sync(); err != nil {
 		return err
 	}
 	if err := pushAll(&c, dst, src.Local()[:n], c.me*n); err != nil {
 		return err
 	}
-	_, err := c.sync(desc, what)
+	_, err := c.sync()
 	return err
 }
 
@@ -48,32 +48,32 @@ func Collect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], n int) (int, er
 	}
 	defer c.end()
 	k := kindOf[T]()
-	what := fmt.Sprintf("Collect of %d %v", n, k)
+	c.what = info{name: "Collect", k: k, n: n, root: -1}
 	c.fail(symCheck(&c, src, "src"))
 	c.fail(symCheck(&c, dst, "dst"))
 	if n < 0 {
-		c.fail(fmt.Errorf("collective: %s: a negative count: %w", what, shmem.ErrInvalid))
+		c.fail(fmt.Errorf("collective: %v: a negative count: %w", c.what, shmem.ErrInvalid))
 	}
-	c.fail(lenCheck(src, n, "src", what))
+	c.fail(lenCheck(src, n, "src", c.what))
 	if c.local == nil && overlaps(dst, src) {
-		c.fail(fmt.Errorf("collective: %s: dst and src overlap: %w", what, shmem.ErrInvalid))
+		c.fail(fmt.Errorf("collective: %v: dst and src overlap: %w", c.what, shmem.ErrInvalid))
 	}
-	desc := digest(collCollect, uint64(k), uint64(c.algo))
-	h := c.newHeader(desc)
+	c.desc = digest(collCollect, uint64(k), uint64(c.algo))
+	h := c.newHeader(c.desc)
 	if c.local == nil {
 		h.minAux, h.sum = uint64(dst.Len()), uint64(n)
 		c.lw[wordCount] = uint64(n) // read by the others until the exit exchange
 	}
 	var b [hdrBytes]byte
-	h, err := c.syncHeader(b[:], h, what)
+	h, err := c.syncHeader(b[:], h)
 	if err != nil {
 		return 0, err
 	}
 	total := int(h.sum)
 	if h.minAux < h.sum {
 		// Every member sees the same sums and decides the same.
-		return 0, fmt.Errorf("collective: %s: the total is %d elements, and a member's dst (%d here) has only %d: %w",
-			what, total, dst.Len(), h.minAux, shmem.ErrOutOfBounds)
+		return 0, fmt.Errorf("collective: %v: the total is %d elements, and a member's dst (%d here) has only %d: %w",
+			c.what, total, dst.Len(), h.minAux, shmem.ErrOutOfBounds)
 	}
 	off := 0
 	for j := 0; j < c.me; j++ {
@@ -86,7 +86,7 @@ func Collect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], n int) (int, er
 	if err := pushAll(&c, dst, src.Local()[:n], off); err != nil {
 		return 0, err
 	}
-	_, err = c.sync(desc, what)
+	_, err = c.sync()
 	return total, err
 }
 

@@ -32,41 +32,42 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	defer c.end()
 	k := kindOf[T]()
 	n := src.Len()
-	coll, what := uint64(collAllReduce), "AllReduce"
+	coll := uint64(collAllReduce)
+	c.what = info{name: "AllReduce", op: op, k: k, n: n, root: -1}
 	if root != -1 {
-		coll, what = collReduce, "Reduce"
+		coll = collReduce
+		c.what = info{name: "Reduce", op: op, k: k, n: n, root: root}
 	}
-	what = fmt.Sprintf("%s(%v) of %d %v", what, op, n, k)
 	c.fail(opCheck(op, k))
 	c.fail(symCheck(&c, src, "src"))
 	c.fail(symCheck(&c, dst, "dst"))
 	if root != -1 && (root < 0 || root >= c.n) {
-		c.fail(fmt.Errorf("collective: %s to root %d of a %d-PE team: %w", what, root, c.n, shmem.ErrBadPE))
+		c.fail(fmt.Errorf("collective: %v of a %d-PE team: %w", c.what, c.n, shmem.ErrBadPE))
 	}
-	c.fail(lenCheck(dst, n, "dst", what))
-	desc := digest(coll, uint64(op), uint64(k), uint64(n), uint64(root), uint64(c.algo))
+	c.fail(lenCheck(dst, n, "dst", c.what))
+	c.desc = digest(coll, uint64(op), uint64(k), uint64(n), uint64(root), uint64(c.algo))
 	if c.local != nil {
-		_, err := c.sync(desc, what)
+		_, err := c.sync()
 		return err
 	}
 	sz := n * sizeOf[T]()
 	switch {
 	case c.algo != algoDirect && c.algo != algoRing && sz <= c.g.payloadCap():
-		return reduceRD(&c, k, dst, src, op, root, desc, what)
+		return reduceRD(&c, k, dst, src, op, root)
 	case c.algo == algoRing && c.n > 2:
-		return reduceRing(&c, k, dst, src, op, root, desc, what)
+		return reduceRing(&c, k, dst, src, op, root)
 	}
-	return reduceDirect(&c, k, dst, src, op, root, desc, what)
+	return reduceDirect(&c, k, dst, src, op, root)
 }
 
 // reduceRD is recursive doubling over the team's scratch: every member
 // sends its partial result to its round-r partner, whose buffer it never
 // reads; the result lands in this member's dst only. For vectors that
 // fit one message (payloadCap bytes).
-func reduceRD[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int, desc uint64, what string) error {
+func reduceRD[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int) error {
 	n := src.Len()
 	msg := newMsg(n * sizeOf[T]())
-	c.newHeader(desc).put(msg)
+	c.newHeader(c.desc).put(msg)
 	acc := elems[T](msg[hdrBytes:], n)
 	copy(acc, src.Local())
 	err := c.exchange(msg, func(in []byte) {
@@ -75,7 +76,7 @@ func reduceRD[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root 
 	if err != nil {
 		return err
 	}
-	if err := c.verdict(readHeader(msg), what); err != nil {
+	if err := c.verdict(readHeader(msg)); err != nil {
 		return err
 	}
 	if root < 0 || c.me == root {
@@ -84,71 +85,79 @@ func reduceRD[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root 
 	return nil
 }
 
-// reduceDirect is a reduce-scatter and an allgather by direct reads: an
-// entry exchange (every member is inside the call, so its src is stable
-// and its dst may be written); each member reduces chunk me of the
-// partition straight from every member's src (over shared memory, the
-// peers' mapped heaps, with no staging copy) into its dst (AllReduce) or
-// the root's (Reduce); a middle exchange; each member copies the other
-// chunks from their owners' dst (AllReduce); an exit exchange, after
-// which nobody reads or writes this member's buffers.
+// reduceDirect is a reduce-scatter and an allgather by direct access:
+// an entry exchange (every member is inside the call, so its src is
+// stable and its dst may be written); each member reduces chunk me of
+// the partition straight from every member's src (over shared memory,
+// from the peers' mapped heaps, with no staging copy) and writes the
+// result into every member's dst (AllReduce) or the root's (Reduce),
+// block by block while the block is in its cache; an exit exchange,
+// after which nobody reads or writes this member's buffers.
 //
-// In place (dst == src) works: a member writes only its own chunk before
-// the middle exchange, and that chunk of its src is read by itself
-// alone, element by element, with the aliasing source folded in first.
-func reduceDirect[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int, desc uint64, what string) error {
-	if _, err := c.sync(desc, what); err != nil {
+// In place (dst == src) works: chunk c of every member's src is read by
+// member c alone, which overwrites it only with the finished result, a
+// block after it has read that block from everyone; and it folds its
+// own src (the one its own dst aliases) in first.
+func reduceDirect[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int) error {
+	if _, err := c.sync(); err != nil {
 		return err
 	}
 	n := src.Len()
 	lo, hi := partition(n, c.n, c.me)
-	var d []T
-	toRoot := false // the root's dst is remote: reduce here, then put
-	start := c.me
-	switch {
-	case root < 0:
-		d = dst.Local()[lo:hi]
-	case shmem.Ptr(dst, c.world(root)) != nil:
-		d = shmem.Ptr(dst, c.world(root))[lo:hi]
-		start = root
-	default:
-		d = make([]T, hi-lo)
-		toRoot = true
-		start = root
-	}
-	if err := reduceChunk(c, k, op, d, src, lo, hi, start); err != nil {
-		return err
-	}
-	if toRoot {
-		if err := shmem.Put(dst.Slice(lo, hi), d, c.world(root)); err != nil {
+	var bufs [2][]T
+	if root >= 0 {
+		// Into the root's dst: directly where it is mapped here,
+		// otherwise reduced here and put.
+		var d []T
+		p := shmem.Ptr(dst, c.world(root))
+		if p != nil {
+			d = p[lo:hi]
+		} else {
+			d = make([]T, hi-lo)
+		}
+		if err := reduceChunk(c, k, op, d, src, lo, hi, root, &bufs); err != nil {
 			return err
 		}
-		if err := c.pe.Quiet(); err != nil {
-			return err
-		}
-	}
-	if root < 0 {
-		if _, err := c.sync(desc, what); err != nil {
-			return err
-		}
-		dl := dst.Local()
-		for s := 1; s < c.n; s++ {
-			j := (c.me + s) % c.n
-			jlo, jhi := partition(n, c.n, j)
-			if err := fetchInto(dl[jlo:jhi], dst, jlo, jhi, c.world(j)); err != nil {
+		if p == nil && hi > lo {
+			if err := shmem.Put(dst.Slice(lo, hi), d, c.world(root)); err != nil {
 				return err
 			}
 		}
+	} else {
+		dl := dst.Local()
+		step := max(blockBytes/sizeOf[T](), 1)
+		for b := lo; b < hi; b += step {
+			e := min(b+step, hi)
+			if err := reduceChunk(c, k, op, dl[b:e], src, b, e, c.me, &bufs); err != nil {
+				return err
+			}
+			for s := 1; s < c.n; s++ {
+				w := c.world((c.me + s) % c.n)
+				if p := shmem.Ptr(dst, w); p != nil {
+					copy(p[b:e], dl[b:e])
+				} else if err := shmem.Put(dst.Slice(b, e), dl[b:e], w); err != nil {
+					return err
+				}
+			}
+		}
 	}
-	_, err := c.sync(desc, what)
+	if err := c.pe.Quiet(); err != nil {
+		return err
+	}
+	_, err := c.sync()
 	return err
 }
 
+// blockBytes is the piece of its chunk a member reduces and hands out
+// at a time in reduceDirect: small enough to stay in the cache between
+// the reduction and the copies out.
+const blockBytes = 64 << 10
+
 // reduceChunk sets d to the reduction of elements [lo, hi) of every
-// member's src, folding member start's in first (d may alias it).
-func reduceChunk[T shmem.Elem](c *call, k kind, op Op, d []T, src shmem.Sym[T], lo, hi, start int) error {
-	var b0, b1 []T
-	first, err := fetch(src, lo, hi, c.world(start), &b0)
+// member's src, folding member start's in first (d may alias it). bufs
+// hold what is read from members whose heaps are not mapped here.
+func reduceChunk[T shmem.Elem](c *call, k kind, op Op, d []T, src shmem.Sym[T], lo, hi, start int, bufs *[2][]T) error {
+	first, err := fetch(src, lo, hi, c.world(start), &bufs[0])
 	if err != nil {
 		return err
 	}
@@ -157,7 +166,7 @@ func reduceChunk[T shmem.Elem](c *call, k kind, op Op, d []T, src shmem.Sym[T], 
 		return nil
 	}
 	for s := 1; s < c.n; s++ {
-		v, err := fetch(src, lo, hi, c.world((start+s)%c.n), &b1)
+		v, err := fetch(src, lo, hi, c.world((start+s)%c.n), &bufs[1])
 		if err != nil {
 			return err
 		}
@@ -185,13 +194,13 @@ func reduceChunk[T shmem.Elem](c *call, k kind, op Op, d []T, src shmem.Sym[T], 
 // been finished by its owner, which needs this member's own step; in
 // place, the chunk of src a member reads in step 0 (member left-1's) is
 // one its left neighbour writes only in the allgather.
-func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int, desc uint64, what string) error {
+func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int) error {
 	if root >= 0 {
 		// The ring keeps partial results in every member's dst, which
 		// Reduce must leave alone off the root.
-		return reduceDirect(c, k, dst, src, op, root, desc, what)
+		return reduceDirect(c, k, dst, src, op, root)
 	}
-	if _, err := c.sync(desc, what); err != nil {
+	if _, err := c.sync(); err != nil {
 		return err
 	}
 	n, np := src.Len(), c.n
@@ -230,6 +239,6 @@ func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, roo
 			}
 		}
 	}
-	_, err := c.sync(desc, what)
+	_, err := c.sync()
 	return err
 }

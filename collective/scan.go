@@ -1,10 +1,6 @@
 package collective
 
-import (
-	"fmt"
-
-	"github.com/goshmem/goshmem/shmem"
-)
+import "github.com/goshmem/goshmem/shmem"
 
 // InScan sets dst[i] on member j to src[i] of member 0 op ... op src[i]
 // of member j (an inclusive prefix reduction, OpenSHMEM 1.6). Arguments
@@ -33,16 +29,18 @@ func scan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, inclusive b
 	defer c.end()
 	k := kindOf[T]()
 	n := src.Len()
-	coll, what := uint64(collInScan), fmt.Sprintf("InScan(%v) of %d %v", op, n, k)
+	coll := uint64(collInScan)
+	c.what = info{name: "InScan", op: op, k: k, n: n, root: -1}
 	if !inclusive {
-		coll, what = collExScan, fmt.Sprintf("ExScan(%v) of %d %v", op, n, k)
+		coll = collExScan
+		c.what = info{name: "ExScan", op: op, k: k, n: n, root: -1}
 	}
 	c.fail(opCheck(op, k))
 	c.fail(symCheck(&c, src, "src"))
 	c.fail(symCheck(&c, dst, "dst"))
-	c.fail(lenCheck(dst, n, "dst", what))
-	desc := digest(coll, uint64(op), uint64(k), uint64(n), uint64(c.algo))
-	if _, err := c.sync(desc, what); err != nil {
+	c.fail(lenCheck(dst, n, "dst", c.what))
+	c.desc = digest(coll, uint64(op), uint64(k), uint64(n), uint64(c.algo))
+	if _, err := c.sync(); err != nil {
 		return err
 	}
 	last := c.me // members 0..last are folded in
@@ -66,7 +64,7 @@ func scan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, inclusive b
 			}
 		}
 	}
-	if _, err := c.sync(desc, what); err != nil {
+	if _, err := c.sync(); err != nil {
 		return err
 	}
 	copy(dst.Local(), acc)

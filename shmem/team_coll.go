@@ -14,38 +14,25 @@ import (
 // zero on every member.
 //
 //	offset in the slot   width   meaning
-//	2560                 1536    collective area: CollectiveWords, then CollectiveBytes
+//	2560                 1536    collective area: 40 words, then 1216 bytes of scratch
 const (
 	collAreaOff   = heap.TeamScratchOff + heap.TeamScratchLen // 2560
 	collAreaLen   = heap.TeamSlotSize - collAreaOff           // 1536
 	collWordCount = 40                                        // the first 320 bytes are words
 )
 
-// collArea is the block behind the handles on a team's collective area.
-// It is not in the allocator's heap and is never freed: the slot is
-// reserved for the lifetime of the segment.
-func (t *Team) collBlock() *block {
+// CollectiveArea is the team's collective area on this PE, at the same
+// offset on every member and zero when the team is created: words, 40
+// uint64 of control words, then bytes, 1216 bytes of scratch, 64-byte
+// aligned. Only the collective package should use it. Other members
+// reach their copies through the usual RMA, atomic and wait calls with
+// their world PE numbers. The area is not in the allocator's heap and is
+// never freed: the slot is reserved for the lifetime of the segment.
+func (t *Team) CollectiveArea() (words Sym[uint64], bytes Sym[uint8]) {
 	off := heap.TeamSlotOff(t.slot) + collAreaOff
-	return &block{pe: t.pe, off: off, size: collAreaLen}
-}
-
-// CollectiveWords is the team's collective control words: 40 uint64 at
-// the same offset on every member, zero when the team is created. Only
-// the collective package should use them; every member of a team sees
-// its own copy, and other members reach it through the usual RMA,
-// atomic and wait calls with their world PE numbers.
-func (t *Team) CollectiveWords() Sym[uint64] {
-	b := t.collBlock()
-	return Sym[uint64]{b: b, off: b.off, n: collWordCount}
-}
-
-// CollectiveBytes is the team's collective scratch: the 1216 bytes of
-// the collective area after CollectiveWords, 64-byte aligned, zero when
-// the team is created. Like CollectiveWords it is for the collective
-// package only.
-func (t *Team) CollectiveBytes() Sym[uint8] {
-	b := t.collBlock()
-	return Sym[uint8]{b: b, off: b.off + 8*collWordCount, n: collAreaLen - 8*collWordCount}
+	b := &block{pe: t.pe, off: off, size: collAreaLen}
+	return Sym[uint64]{b: b, off: off, n: collWordCount},
+		Sym[uint8]{b: b, off: off + 8*collWordCount, n: collAreaLen - 8*collWordCount}
 }
 
 // BeginCollective starts one collective call of this PE on the team: it
