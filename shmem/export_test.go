@@ -4,3 +4,13 @@ package shmem
 // (lifecycle.go). Tests use it to know that goroutines have entered a
 // blocking call before they act on the PE.
 func InFlight(pe *PE) int { return int(pe.gate.Load() &^ stMask) }
+
+// LockStates is the number of lock words pe keeps state for.
+func LockStates(pe *PE) int {
+	pe.locksMu.Lock()
+	defer pe.locksMu.Unlock()
+	return len(pe.locks)
+}
+
+// SplitFits exposes splitFits.
+var SplitFits = splitFits

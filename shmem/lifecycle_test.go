@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -142,3 +143,157 @@ func waitInFlight(pe *shmem.PE, n int) error {
 	}
 	return nil
 }
+
+// eachTimeout is each with the PEs' timeout set to d, for scenarios
+// that need a wait to time out.
+func eachTimeout(t *testing.T, name string, d time.Duration, n int) {
+	s := scenarios.Get(name)
+	if s == nil {
+		t.Fatalf("no scenario %q", name)
+	}
+	env := "GOSHMEM_TIMEOUT=" + d.String()
+	runs := []struct {
+		name string
+		run  func() error
+	}{
+		{"goroutines", func() error { return shmem.Run(n, s, shmem.WithTimeout(d), shmem.WithHeapSize(16<<20)) }},
+		{"processes", func() error { return scenarios.Processes(n, name, nil, env) }},
+		{"goroutines-tcp", func() error {
+			return shmem.Run(n, s, shmem.WithTimeout(d), shmem.WithHeapSize(16<<20), shmem.WithHosts(pretendHosts("remote", n)))
+		}},
+		{"goroutines-mixed", func() error {
+			return shmem.Run(n, s, shmem.WithTimeout(d), shmem.WithHeapSize(16<<20), shmem.WithHosts(pretendHosts("mixed", n)))
+		}},
+		{"processes-mixed", func() error { return scenarios.Processes(n, name, pretendHosts("mixed", n), env) }},
+	}
+	for _, r := range runs {
+		t.Run(r.name+"/"+strconv.Itoa(n), func(t *testing.T) {
+			if err := r.run(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A SetLock that times out leaves the lock usable: the PE queued behind
+// the one that gave up gets the lock when the holder clears it, and the
+// PE that gave up gets it on its next SetLock. Three PEs: PE 0 holds the
+// lock, PE 1's SetLock times out behind it, PE 2 queues behind PE 1's
+// abandoned place, then PE 0 clears.
+var _ = register("lock-after-timeout", func(pe *shmem.PE) error {
+	me, np := pe.MyPE(), pe.NPEs()
+	if np != 3 || pe.Info().Timeout > 10*time.Second {
+		return fmt.Errorf("lock-after-timeout wants 3 PEs and a short timeout, has %d PEs and %v", np, pe.Info().Timeout)
+	}
+	lock, err := shmem.Malloc[int64](pe, 1)
+	if err != nil {
+		return err
+	}
+	// step[0] is 1 on PE 2 once PE 1 has timed out, and 2 on PE 1 once
+	// PE 2 has had the lock.
+	step, err := shmem.Malloc[int64](pe, 1)
+	if err != nil {
+		return err
+	}
+	count, err := shmem.Malloc[int64](pe, 1)
+	if err != nil {
+		return err
+	}
+	if me == 0 {
+		if err := shmem.SetLock(lock); err != nil {
+			return err
+		}
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	// The lock word's home PE keeps the queue's tail (PE number + 1) in
+	// its low half (shmem/lock.go).
+	home := int(lock.Offset()/8) % np
+	tail := func() (int64, error) {
+		v, err := shmem.AtomicFetch(lock, 0, home)
+		return v & 0xFFFFFFFF, err
+	}
+	switch me {
+	case 0:
+		// Clear once PE 2 is queued behind PE 1's abandoned place.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			v, err := tail()
+			if err != nil {
+				return err
+			}
+			if v == 3 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("PE 2 never queued (tail %d)", v)
+			}
+			runtime.Gosched()
+		}
+		if err := shmem.ClearLock(lock); err != nil {
+			return err
+		}
+	case 1:
+		err := shmem.SetLock(lock)
+		if !errors.Is(err, shmem.ErrTimeout) {
+			return fmt.Errorf("SetLock behind a holder: %v, want ErrTimeout", err)
+		}
+		if err := shmem.ClearLock(lock); !errors.Is(err, shmem.ErrInvalid) {
+			return fmt.Errorf("ClearLock after a failed SetLock: %v, want ErrInvalid", err)
+		}
+		if err := shmem.AtomicSet(step, 0, 1, 2); err != nil {
+			return err
+		}
+		if err := pe.Quiet(); err != nil {
+			return err
+		}
+		// Queue again only once PE 2 has had the lock, so that this PE's
+		// new SetLock cannot stand in for the abandoned one.
+		if err := shmem.WaitUntil(step, 0, shmem.CmpEQ, 2); err != nil {
+			return err
+		}
+	case 2:
+		// PE 1 needs a whole timeout to give up: wait through a few.
+		for try := 0; ; try++ {
+			err := shmem.WaitUntil(step, 0, shmem.CmpEQ, 1)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, shmem.ErrTimeout) || try == 5 {
+				return err
+			}
+		}
+		if err := shmem.SetLock(lock); err != nil {
+			return fmt.Errorf("SetLock behind a PE whose SetLock timed out: %w", err)
+		}
+		if err := shmem.AtomicAdd(count, 0, 1, 0); err != nil {
+			return err
+		}
+		if err := shmem.ClearLock(lock); err != nil {
+			return err
+		}
+		if err := shmem.AtomicSet(step, 0, 2, 1); err != nil {
+			return err
+		}
+	}
+	// Every PE, the one that gave up included, takes the lock again.
+	if err := shmem.SetLock(lock); err != nil {
+		return fmt.Errorf("SetLock after the lock went round: %w", err)
+	}
+	if err := shmem.AtomicAdd(count, 0, 1, 0); err != nil {
+		return err
+	}
+	if err := shmem.ClearLock(lock); err != nil {
+		return err
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	if v, err := shmem.AtomicFetch(count, 0, 0); err != nil || v != 4 {
+		return fmt.Errorf("count %d (%v), want 4", v, err)
+	}
+	return nil
+})
+
+func TestLockAfterTimeout(t *testing.T) { eachTimeout(t, "lock-after-timeout", 2*time.Second, 3) }

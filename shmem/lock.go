@@ -1,6 +1,7 @@
 package shmem
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -24,9 +25,20 @@ const lockGranted = 1 << 31
 
 // lockState orders this PE's goroutines on one lock word: the MCS node
 // is per PE, so only one goroutine of a PE may be queued at a time.
+//
+// A SetLock whose wait ends with ErrTimeout cannot simply leave: its
+// node is linked into the queue and its predecessor will grant it. It
+// hands the node to a goroutine of the PE (finishAbandoned) that waits
+// for the grant and passes the lock on at once, so the PEs queued behind
+// it still get the lock, and a later SetLock of this PE queues afresh
+// once the node is free. ClearLock's wait for a successor to link is
+// handed over the same way.
 type lockState struct {
-	held chan struct{} // capacity 1: full while a goroutine of this PE holds or queues for the lock
+	held   chan struct{} // capacity 1: full while a goroutine of this PE holds or queues for the lock, or an abandoned node is being finished
+	holder atomic.Int32  // lockHeld while the program holds the lock
 }
+
+const lockHeld = 1
 
 func (pe *PE) lockFor(off uint64) *lockState {
 	pe.locksMu.Lock()
@@ -40,6 +52,18 @@ func (pe *PE) lockFor(off uint64) *lockState {
 		pe.locks[off] = l
 	}
 	return l
+}
+
+// dropLocks forgets the lock state of words in [off, off+size): the
+// object holding them was freed.
+func (pe *PE) dropLocks(off, size uint64) {
+	pe.locksMu.Lock()
+	defer pe.locksMu.Unlock()
+	for o := range pe.locks {
+		if o >= off && o < off+size {
+			delete(pe.locks, o)
+		}
+	}
 }
 
 func lockCheck(l Sym[int64]) (*PE, uint64, int, error) {
@@ -65,7 +89,10 @@ func (pe *PE) myNode(off uint64) uint32 {
 }
 
 // SetLock acquires the lock l (a symmetric word, zero when free),
-// waiting in FIFO order behind PEs that asked first.
+// waiting in FIFO order behind PEs that asked first. When it fails (the
+// PE's timeout passed), the lock stays usable: the PEs behind this one
+// still get it, and a later SetLock by this PE succeeds once the holder
+// clears it.
 func SetLock(l Sym[int64]) error {
 	pe, off, home, err := lockCheck(l)
 	if err != nil {
@@ -76,11 +103,18 @@ func SetLock(l Sym[int64]) error {
 	if err := pe.takeLocal(ls, off); err != nil {
 		return err
 	}
-	if err := pe.acquire(off, home, false); err != nil {
-		<-ls.held
+	prev, err := pe.acquire(off, home, false)
+	if err == nil {
+		ls.holder.Store(lockHeld)
+		return nil
+	}
+	if prev != 0 && errors.Is(err, ErrTimeout) && pe.hold() {
+		// Linked behind PE prev-1, which will grant this node.
+		go pe.finishAbandoned(ls, off, home, prev)
 		return err
 	}
-	return nil
+	<-ls.held
+	return err
 }
 
 // TestLock acquires l if it is free and reports whether it did.
@@ -96,13 +130,14 @@ func TestLock(l Sym[int64]) (bool, error) {
 	default:
 		return false, nil // another goroutine of this PE has it
 	}
-	if err := pe.acquire(off, home, true); err != nil {
+	if _, err := pe.acquire(off, home, true); err != nil {
 		<-ls.held
 		if err == errLockBusy {
 			return false, nil
 		}
 		return false, err
 	}
+	ls.holder.Store(lockHeld)
 	return true, nil
 }
 
@@ -136,61 +171,102 @@ func (pe *PE) takeLocal(ls *lockState, off uint64) error {
 	}
 }
 
-func (pe *PE) acquire(off uint64, home int, try bool) error {
+// acquire joins the lock's queue and waits for the lock. A non-zero prev
+// with an error means this PE's node is linked behind PE prev-1.
+func (pe *PE) acquire(off uint64, home int, try bool) (prev uint64, err error) {
 	me := uint64(pe.rank + 1)
 	// Reset the node before joining the queue: nobody else touches it now
-	// (the last successor was granted before our last release returned).
+	// (the last successor was granted before our last release ended).
 	if _, err := pe.rawAtomic(pe.rank, off+4, 4, heap.OpSet, 0, 0); err != nil {
-		return err
+		return 0, err
 	}
 	if try {
 		old, err := pe.rawAtomic(home, off, 4, heap.OpCSwap, me, 0)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if old != 0 {
-			return errLockBusy
+			return 0, errLockBusy
 		}
-		return nil
+		return 0, nil
 	}
-	prev, err := pe.rawAtomic(home, off, 4, heap.OpSwap, me, 0)
+	prev, err = pe.rawAtomic(home, off, 4, heap.OpSwap, me, 0)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if prev == 0 {
-		return nil
+		return 0, nil
 	}
 	if prev > uint64(pe.npes) {
-		return fmt.Errorf("shmem: lock word at offset %d holds tail %d, not a PE of %d (not a lock, or corrupted): %w", off, prev, pe.npes, ErrProtocol)
+		return 0, fmt.Errorf("shmem: lock word at offset %d holds tail %d, not a PE of %d (not a lock, or corrupted): %w", off, prev, pe.npes, ErrProtocol)
 	}
 	if _, err := pe.rawAtomic(int(prev-1), off+4, 4, heap.OpFetchOr, me, 0); err != nil {
-		return err
+		return 0, err
 	}
+	return prev, pe.awaitGrant(off, prev)
+}
+
+func (pe *PE) awaitGrant(off, prev uint64) error {
 	return pe.await(off+4, 4, func() bool { return pe.myNode(off)&lockGranted != 0 },
 		func() string { return fmt.Sprintf("the lock at offset %d from PE %d", off, prev-1) })
 }
 
+// finishAbandoned completes a SetLock that gave up while linked in the
+// queue: it waits for the grant however long it takes and releases the
+// lock at once. It ends early only when the PE finalizes or the job
+// breaks. The caller took a hold on the PE; ls.held stays full until the
+// node is free.
+func (pe *PE) finishAbandoned(ls *lockState, off uint64, home int, prev uint64) {
+	defer pe.leave()
+	for {
+		err := pe.awaitGrant(off, prev)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrTimeout) {
+			<-ls.held
+			return
+		}
+	}
+	pe.releaseLock(ls, off, home)
+}
+
 // ClearLock completes this PE's outstanding operations (Quiet), so the
 // next holder sees what was written under the lock, then releases l to
-// the next PE in line.
+// the next PE in line. The lock is released even when the Quiet fails;
+// the error then says that writes made under the lock may not be
+// complete.
 func ClearLock(l Sym[int64]) error {
 	pe, off, home, err := lockCheck(l)
 	if err != nil {
 		return err
 	}
 	defer pe.leave()
-	if err := pe.Quiet(); err != nil {
-		return err
-	}
 	ls := pe.lockFor(off)
-	if len(ls.held) == 0 {
+	if !ls.holder.CompareAndSwap(lockHeld, 0) {
 		return fmt.Errorf("shmem: ClearLock of the lock at offset %d, which PE %d does not hold: %w", off, pe.rank, ErrInvalid)
 	}
+	qerr := pe.flushAll()
+	if qerr != nil {
+		qerr = fmt.Errorf("shmem: PE %d releasing the lock at offset %d: completing the writes made under it: %w", pe.rank, off, qerr)
+	}
+	if err := pe.releaseLock(ls, off, home); err != nil {
+		return err
+	}
+	return qerr
+}
+
+// releaseLock passes the lock this PE holds to the next PE in line, or frees
+// it, and then frees ls.held for this PE's next goroutine. If the wait
+// for a successor to link ends with ErrTimeout, the rest of the release
+// continues in a goroutine of the PE and the error is returned.
+func (pe *PE) releaseLock(ls *lockState, off uint64, home int) error {
 	me := uint64(pe.rank + 1)
 	next := uint64(pe.myNode(off) &^ lockGranted)
 	if next == 0 {
 		old, err := pe.rawAtomic(home, off, 4, heap.OpCSwap, 0, me)
 		if err != nil {
+			<-ls.held
 			return err
 		}
 		if old == me {
@@ -198,18 +274,40 @@ func ClearLock(l Sym[int64]) error {
 			return nil
 		}
 		// A successor swapped itself in and is about to link.
-		if err := pe.await(off+4, 4, func() bool { return pe.myNode(off)&^lockGranted != 0 },
-			func() string { return fmt.Sprintf("the next PE to link behind the lock at offset %d", off) }); err != nil {
+		if err := pe.awaitLink(off); err != nil {
+			if errors.Is(err, ErrTimeout) && pe.hold() {
+				go func() {
+					defer pe.leave()
+					for errors.Is(err, ErrTimeout) {
+						err = pe.awaitLink(off)
+					}
+					if err != nil {
+						<-ls.held
+						return
+					}
+					pe.grantNext(ls, off)
+				}()
+				return err
+			}
+			<-ls.held
 			return err
 		}
-		next = uint64(pe.myNode(off) &^ lockGranted)
 	}
-	if next > uint64(pe.npes) {
+	return pe.grantNext(ls, off)
+}
+
+func (pe *PE) awaitLink(off uint64) error {
+	return pe.await(off+4, 4, func() bool { return pe.myNode(off)&^lockGranted != 0 },
+		func() string { return fmt.Sprintf("the next PE to link behind the lock at offset %d", off) })
+}
+
+// grantNext grants the lock to the successor linked on this PE's node.
+func (pe *PE) grantNext(ls *lockState, off uint64) error {
+	defer func() { <-ls.held }()
+	next := uint64(pe.myNode(off) &^ lockGranted)
+	if next == 0 || next > uint64(pe.npes) {
 		return fmt.Errorf("shmem: lock node at offset %d names successor %d, not a PE of %d: %w", off, next, pe.npes, ErrProtocol)
 	}
-	if _, err := pe.rawAtomic(int(next-1), off+4, 4, heap.OpFetchOr, lockGranted, 0); err != nil {
-		return err
-	}
-	<-ls.held
-	return nil
+	_, err := pe.rawAtomic(int(next-1), off+4, 4, heap.OpFetchOr, lockGranted, 0)
+	return err
 }

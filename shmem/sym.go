@@ -33,8 +33,9 @@ type Sym[T Elem] struct {
 	ctx *Context // nil: the PE's default context
 }
 
-// Len is the number of elements.
-func (s Sym[T]) Len() int { return s.n }
+// Len is the number of elements (0 for a handle from an out-of-range
+// Slice).
+func (s Sym[T]) Len() int { return max(s.n, 0) }
 
 // Offset is the object's byte offset in the symmetric heap, the same on
 // every PE.
@@ -49,10 +50,12 @@ func (s Sym[T]) PE() *PE {
 }
 
 // Slice is the sub-object of elements lo..hi-1, like s[lo:hi]. Bounds out
-// of range give a zero-length handle whose every use fails with
-// ErrOutOfBounds (Slice itself cannot return an error).
+// of range give a zero-length handle (Len 0) whose every use fails with
+// ErrOutOfBounds (Slice itself cannot return an error), and so do slices
+// of it.
 func (s Sym[T]) Slice(lo, hi int) Sym[T] {
 	if lo < 0 || hi < lo || hi > s.n {
+		// n -1 marks the handle bad: check refuses it, Len reports 0.
 		return Sym[T]{b: s.b, off: s.off, n: -1, ctx: s.ctx}
 	}
 	return Sym[T]{b: s.b, off: s.off + uint64(lo*sizeOf[T]()), n: hi - lo, ctx: s.ctx}
@@ -287,6 +290,9 @@ func (pe *PE) symRealloc(old *block, bytes uint64) (*block, error) {
 		clear(pe.mem[off+old.size : off+bytes])
 	}
 	old.freed.Store(true)
+	if off != old.off {
+		pe.dropLocks(old.off, old.size)
+	}
 	nb := &block{pe: pe, off: off, size: bytes, align: old.align}
 	if err := pe.world.sync(); err != nil {
 		return nil, err
@@ -320,6 +326,7 @@ func (pe *PE) symFree(b *block) error {
 	if b.freed.Swap(true) {
 		return fmt.Errorf("shmem: object at offset %d was already freed: %w", b.off, ErrOutOfBounds)
 	}
+	pe.dropLocks(b.off, b.size)
 	if b.size == 0 {
 		return nil
 	}

@@ -2,6 +2,7 @@ package shmem
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -262,8 +263,8 @@ func (t *Team) Split(start, stride, size int) (*Team, error) {
 	var argErr error
 	if size < 1 || start < 0 || start >= n || (stride == 0 && size > 1) {
 		argErr = fmt.Errorf("shmem: Split(start %d, stride %d, size %d) of a %d-PE team: %w", start, stride, size, n, ErrInvalid)
-	} else if last := start + (size-1)*stride; last < 0 || last >= n {
-		argErr = fmt.Errorf("shmem: Split(start %d, stride %d, size %d) of a %d-PE team reaches member %d: %w", start, stride, size, n, last, ErrBadPE)
+	} else if !splitFits(start, stride, size, n) {
+		argErr = fmt.Errorf("shmem: Split(start %d, stride %d, size %d) of a %d-PE team reaches past its members: %w", start, stride, size, n, ErrBadPE)
 	}
 	valid := uint64(1)
 	if argErr != nil {
@@ -291,6 +292,24 @@ func (t *Team) Split(start, stride, size int) (*Team, error) {
 	}
 	pe.useSlot(slots[0])
 	return newTeam(pe, slots[0], members), nil
+}
+
+// splitFits reports whether start + k*stride is in [0, n) for every k
+// in 0..size-1 (0 <= start < n, size >= 1), without overflow: the last
+// member is the farthest one, and |stride| <= (distance to the edge) /
+// (size-1) keeps it inside.
+func splitFits(start, stride, size, n int) bool {
+	if size == 1 || stride == 0 {
+		return true
+	}
+	k := size - 1
+	if stride > 0 {
+		return stride <= (n-1-start)/k
+	}
+	if stride == math.MinInt {
+		return false
+	}
+	return -stride <= start/k
 }
 
 // Split2D splits t into a grid with rows of xRange members: x is this

@@ -1,0 +1,177 @@
+package shmem_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// Strided transfers whose last element falls outside the object are
+// ErrOutOfBounds on every route, whatever the strides (including ones
+// whose products overflow), and change nothing.
+var _ = register("strided-bounds", func(pe *shmem.PE) error {
+	me, np := pe.MyPE(), pe.NPEs()
+	s, err := shmem.Malloc[int64](pe, 4)
+	if err != nil {
+		return err
+	}
+	for i := range s.Local() {
+		s.Local()[i] = 7
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	src := []int64{1, 2, 3, 4, 5}
+	for t := 0; t < np; t++ {
+		bad := []struct {
+			what string
+			err  error
+		}{
+			{"IPut stride 1<<62", shmem.IPut(s, 1<<62, src, 1, 5, t)},
+			{"IPut stride MaxInt", shmem.IPut(s, math.MaxInt, src, 1, 2, t)},
+			{"IPut last element at 4", shmem.IPut(s, 2, src, 1, 3, t)},
+			{"IPut local stride 1<<62", shmem.IPut(s, 1, src, 1<<62, 2, t)},
+			{"IPut n MaxInt", shmem.IPut(s, 1, src, 1, math.MaxInt, t)},
+			{"IPut from an empty slice", shmem.IPut(s, 1, nil, 1, 1, t)},
+			{"IGet stride 1<<62", shmem.IGet(make([]int64, 5), 1, s, 1<<62, 5, t)},
+			{"IGet local stride MaxInt", shmem.IGet(make([]int64, 5), math.MaxInt, s, 1, 2, t)},
+			{"IGet into an empty slice", shmem.IGet(nil, 1, s, 1, 1, t)},
+			{"IPut to a bad Slice", shmem.IPut(s.Slice(3, 1), 1, src, 1, 1, t)},
+		}
+		for _, b := range bad {
+			if !errors.Is(b.err, shmem.ErrOutOfBounds) {
+				return fmt.Errorf("%s on PE %d: %v, want ErrOutOfBounds", b.what, t, b.err)
+			}
+		}
+		for _, b := range []error{
+			shmem.IPut(s, 0, src, 1, 1, t),
+			shmem.IGet(make([]int64, 1), 1, s, -1, 1, t),
+			shmem.IPut(s, 1, src, 1, -1, t),
+		} {
+			if !errors.Is(b, shmem.ErrInvalid) {
+				return fmt.Errorf("strided call with a bad stride or count on PE %d: %v, want ErrInvalid", t, b)
+			}
+		}
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	for i, v := range s.Local() {
+		if v != 7 {
+			return fmt.Errorf("element %d is %d after refused strided calls, want 7", i, v)
+		}
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	// The largest transfers that fit still work: elements 0 and 3.
+	to := (me + 1) % np
+	if err := shmem.IPut(s, 3, src, 4, 2, to); err != nil {
+		return err
+	}
+	got := make([]int64, 3)
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	if err := shmem.IGet(got, 2, s, 3, 2, to); err != nil {
+		return err
+	}
+	if got[0] != 1 || got[2] != 5 || got[1] != 0 {
+		return fmt.Errorf("strided round trip on PE %d: %v, want [1 0 5]", to, got)
+	}
+	return pe.BarrierAll()
+})
+
+func TestStridedBounds(t *testing.T) { each(t, "strided-bounds", 1, 3) }
+
+// An out-of-range Slice is a zero-length handle whose every use fails
+// with ErrOutOfBounds.
+func TestSliceOutOfRange(t *testing.T) {
+	err := shmem.Run(1, func(pe *shmem.PE) error {
+		s, err := shmem.Malloc[int64](pe, 4)
+		if err != nil {
+			return err
+		}
+		for _, b := range []shmem.Sym[int64]{s.Slice(3, 2), s.Slice(-1, 2), s.Slice(0, 5), s.Slice(3, 2).Slice(0, 0)} {
+			if b.Len() != 0 {
+				return fmt.Errorf("out-of-range Slice has Len %d, want 0", b.Len())
+			}
+			if b.Local() != nil || shmem.Ptr(b, 0) != nil {
+				return fmt.Errorf("out-of-range Slice gives a view")
+			}
+			if err := shmem.Put(b, nil, 0); !errors.Is(err, shmem.ErrOutOfBounds) {
+				return fmt.Errorf("Put to an out-of-range Slice: %v", err)
+			}
+			if err := shmem.WaitUntilAll(b, nil, shmem.CmpEQ, 0); !errors.Is(err, shmem.ErrOutOfBounds) {
+				return fmt.Errorf("WaitUntilAll on an out-of-range Slice: %v", err)
+			}
+			if err := shmem.SetLock(b); !errors.Is(err, shmem.ErrOutOfBounds) {
+				return fmt.Errorf("SetLock on an out-of-range Slice: %v", err)
+			}
+		}
+		if s.Slice(4, 4).Len() != 0 || s.Slice(1, 3).Len() != 2 {
+			return fmt.Errorf("in-range Slice lengths wrong")
+		}
+		return nil
+	}, shmem.WithHeapSize(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Free drops the PE's state for lock words inside the object.
+var _ = register("lock-state-freed", func(pe *shmem.PE) error {
+	for range 20 {
+		l, err := shmem.Malloc[int64](pe, 4)
+		if err != nil {
+			return err
+		}
+		for i := range 4 {
+			if err := shmem.SetLock(l.Slice(i, i+1)); err != nil {
+				return err
+			}
+			if err := shmem.ClearLock(l.Slice(i, i+1)); err != nil {
+				return err
+			}
+		}
+		if err := shmem.Free(l); err != nil {
+			return err
+		}
+	}
+	if n := shmem.LockStates(pe); n != 0 {
+		return fmt.Errorf("PE %d keeps state for %d lock words after freeing every object", pe.MyPE(), n)
+	}
+	return nil
+})
+
+func TestLockStateFreed(t *testing.T) { each(t, "lock-state-freed", 2) }
+
+// Team.Split's bounds check cannot overflow.
+func TestSplitFits(t *testing.T) {
+	cases := []struct {
+		start, stride, size, n int
+		ok                     bool
+	}{
+		{0, 1, 4, 4, true}, {0, 1, 5, 4, false}, {3, -1, 4, 4, true}, {3, -1, 5, 4, false},
+		{0, 2, 2, 4, true}, {0, 2, 3, 4, false}, {1, 2, 2, 4, true},
+		{0, math.MaxInt, 2, 4, false}, {0, 1 << 62, 3, 4, false}, {3, math.MinInt, 2, 4, false},
+		{3, -(1 << 62), 3, 4, false}, {2, 5, 1, 4, true}, {0, 0, 1, 4, true},
+	}
+	for _, c := range cases {
+		if got := shmem.SplitFits(c.start, c.stride, c.size, c.n); got != c.ok {
+			t.Errorf("splitFits(%d, %d, %d, %d) = %v, want %v", c.start, c.stride, c.size, c.n, got, c.ok)
+		}
+	}
+	err := shmem.Run(2, func(pe *shmem.PE) error {
+		if _, err := pe.World().Split(0, 1<<62, 3); !errors.Is(err, shmem.ErrBadPE) {
+			return fmt.Errorf("Split with an overflowing stride: %v, want ErrBadPE", err)
+		}
+		return nil
+	}, shmem.WithHeapSize(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+}
