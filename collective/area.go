@@ -17,18 +17,21 @@ package collective
 //	           word >= a count. Only grows.
 //	4..7       zero
 //	8..39      exchange signals: word 8 + 16*parity + slot, where parity
-//	           is k%2 and slot is 0 (PRE, written by the extra member
-//	           paired with this one), 1 (POST, written by the host
-//	           member of this extra one) or 2+r (round r of recursive
-//	           doubling, written by this member's round-r partner). A
-//	           writer stores k after the message's bytes; waits are for
-//	           word >= k. Words only grow.
+//	           is k%2. Flat teams (see geometry) use slot 0 only: a
+//	           counter to which every sender adds 1 after its message's
+//	           bytes; waits are for the count of all exchanges of that
+//	           parity so far. Recursive-doubling teams: slot 0 (PRE,
+//	           written by the extra member paired with this one), 1
+//	           (POST, written by the host member of this extra one) or
+//	           2+r (round r, written by this member's round-r partner);
+//	           a writer stores k after the message's bytes; waits are
+//	           for word >= k. Words only grow.
 //
-// Bytes: 2*(R+2) message buffers of slotBytes each, in the same
-// (parity, slot) order as the signal words, where R is the number of
-// recursive-doubling rounds of the team. slotBytes is a multiple of 16,
-// so every buffer, and its payload after the 32-byte header, is aligned
-// for every element type.
+// Bytes: 2*slots message buffers of slotBytes each, parity-major. A flat
+// team's slot j holds member j's message; a recursive-doubling team's
+// slots are PRE, POST and the rounds, as the signal words. slotBytes is
+// a multiple of 16, so every buffer, and its payload after the 32-byte
+// header, is aligned for every element type.
 //
 // A message is a header of four little-endian uint64 (see header)
 // followed by a payload of up to slotBytes-32 bytes.
@@ -46,14 +49,27 @@ const (
 	hdrBytes    = 32
 )
 
-// geometry is the shape of recursive doubling over n members: p2 is the
-// largest power of two not above n, rounds its log2, and the rem = n-p2
-// members from p2 up ("extras") hand their contribution to member
-// i-p2 (their "host") before the rounds and get the result back after.
+// geometry is the shape of an exchange over n members.
+//
+// Teams of up to flatMax members exchange flat: every member puts its
+// message into slot "sender" of every other member's buffers and adds 1
+// to their counter (signal word 8 + 16*parity), then waits for its own
+// counter to count the n-1 messages of the exchange. One wait per
+// exchange, which matters when PEs outnumber cores.
+//
+// Larger teams use recursive doubling: p2 is the largest power of two
+// not above n, rounds its log2, and the rem = n-p2 members from p2 up
+// ("extras") hand their contribution to member i-p2 (their "host")
+// before the rounds and get the result back after.
 type geometry struct {
 	n, p2, rounds, rem int
+	flat               bool
+	slots              int // message buffers per parity
 	slotBytes          int // bytes of one message buffer
 }
+
+// flatMax is the largest team that exchanges flat.
+const flatMax = 8
 
 func newGeometry(n, scratch int) geometry {
 	g := geometry{n: n, p2: 1}
@@ -62,7 +78,12 @@ func newGeometry(n, scratch int) geometry {
 		g.rounds++
 	}
 	g.rem = n - g.p2
-	g.slotBytes = scratch / (2 * (g.rounds + 2)) &^ 15
+	g.flat = n <= flatMax
+	g.slots = g.rounds + 2
+	if g.flat {
+		g.slots = n
+	}
+	g.slotBytes = scratch / (2 * g.slots) &^ 15
 	return g
 }
 
@@ -70,7 +91,7 @@ func newGeometry(n, scratch int) geometry {
 func (g geometry) payloadCap() int { return g.slotBytes - hdrBytes }
 
 // bufOff is the byte offset of the buffer of (parity, slot).
-func (g geometry) bufOff(parity, slot int) int { return (parity*(g.rounds+2) + slot) * g.slotBytes }
+func (g geometry) bufOff(parity, slot int) int { return (parity*g.slots + slot) * g.slotBytes }
 
 // sigWord is the index of the signal word of (parity, slot).
 func sigWord(parity, slot int) int { return wordSignals + parity*slotsPer + slot }

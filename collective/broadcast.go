@@ -30,7 +30,7 @@ func Broadcast[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], root int) err
 		_, err := c.sync()
 		return err
 	}
-	if c.algo != algoDirect && n*sizeOf[T]() <= c.g.payloadCap() {
+	if c.useRD(n*sizeOf[T](), sizeOf[T]()) {
 		return broadcastRD(&c, dst, src, root)
 	}
 	return broadcastDirect(&c, dst, src, root)
@@ -40,32 +40,42 @@ func Broadcast[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], root int) err
 // scratch: a message's header sum is 1 when its payload holds the data,
 // and a member without the data takes it from the first message that
 // has it. log2(n) message times, like a binomial tree, with no entry
-// handshake: no member writes another's dst.
+// handshake: no member writes another's dst. Longer vectors go in
+// pieces, as in reduceRD.
 func broadcastRD[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) error {
-	n := src.Len()
-	sz := n * sizeOf[T]()
-	msg := newMsg(sz)
-	h := c.newHeader(c.desc)
-	if c.me == root {
-		h.sum = 1
-		copy(msg[hdrBytes:], bytesOf(src.Local()))
-	}
-	h.put(msg)
-	err := c.exchange(msg, func(in []byte) {
-		if readHeader(msg).sum == 0 && readHeader(in).sum != 0 {
-			copy(msg[hdrBytes:], in[hdrBytes:])
+	n, sz := src.Len(), sizeOf[T]()
+	per := c.g.payloadCap() / sz
+	msg := newMsg(min(n, per) * sz)
+	sl, dl := src.Local(), dst.Local()
+	for off := 0; ; off += per {
+		m := min(per, n-off)
+		msg = msg[:hdrBytes+m*sz]
+		h := c.newHeader(c.desc)
+		if c.me == root {
+			h.sum = 1
+			copy(msg[hdrBytes:], bytesOf(sl[off:off+m]))
 		}
-	})
-	if err != nil {
-		return err
+		h.put(msg)
+		err := c.exchange(msg, func(in []byte) {
+			if readHeader(msg).sum == 0 && readHeader(in).sum != 0 {
+				copy(msg[hdrBytes:], in[hdrBytes:])
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if off == 0 {
+			if err := c.verdict(readHeader(msg)); err != nil {
+				return err
+			}
+		}
+		if c.me != root || dst.Offset() != src.Offset() {
+			copy(dl[off:off+m], elems[T](msg[hdrBytes:], m))
+		}
+		if off+m >= n {
+			return nil
+		}
 	}
-	if err := c.verdict(readHeader(msg)); err != nil {
-		return err
-	}
-	if c.me != root || dst.Offset() != src.Offset() {
-		copy(dst.Local(), elems[T](msg[hdrBytes:], n))
-	}
-	return nil
 }
 
 // broadcastDirect: an entry exchange, then every member copies the

@@ -11,7 +11,8 @@ func symCheck[T shmem.Elem](c *call, s shmem.Sym[T], name string) error {
 	if s.PE() != c.pe {
 		return fmt.Errorf("collective: %s is not a symmetric object of this PE: %w", name, shmem.ErrInvalid)
 	}
-	if s.Len() < 0 || s.Local() == nil && s.Len() > 0 {
+	if s.Local() == nil { // a bad Slice, or a freed object
+
 		return fmt.Errorf("collective: %s is out of range or freed: %w", name, shmem.ErrOutOfBounds)
 	}
 	return nil

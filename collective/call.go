@@ -50,6 +50,19 @@ func (c *call) begin(t *shmem.Team) error {
 
 func (c *call) end() { c.t.EndCollective() }
 
+// useRD says whether a vector of size bytes of elemSize-byte elements
+// goes by recursive doubling: under auto when it fits one message, under
+// rd whenever one element fits (in pieces).
+func (c *call) useRD(size, elemSize int) bool {
+	switch c.algo {
+	case algoAuto:
+		return size <= c.g.payloadCap()
+	case algoRD:
+		return elemSize <= c.g.payloadCap()
+	}
+	return false
+}
+
 // fail records this PE's first argument error.
 func (c *call) fail(err error) {
 	if c.local == nil {
@@ -65,7 +78,7 @@ type algo uint8
 
 const (
 	algoAuto   algo = iota // by size: recursive doubling when the vector fits the scratch
-	algoRD                 // recursive doubling whenever the vector fits the scratch
+	algoRD                 // recursive doubling at every size, in pieces of one message
 	algoDirect             // never recursive doubling: reduce-scatter + allgather by direct reads
 	algoRing               // ring reduce-scatter + allgather for Reduce and AllReduce
 )
@@ -196,12 +209,14 @@ func (c *call) verdict(h header) error {
 		c.what, c.n, shmem.ErrAsymmetric)
 }
 
-// exchange is one recursive-doubling exchange over the team. msg holds
-// this member's header (first hdrBytes) and payload; on return it holds
-// the merged header and the payload as merge left it. merge is called
-// with each message received (header and payload, as long as msg) and
-// must fold its payload into msg's; it sees msg's header before the
-// received one is merged in. merge may be nil for header-only messages.
+// exchange is one exchange over the team, flat or by recursive
+// doubling (geometry). msg holds this member's header (first hdrBytes)
+// and payload; on return it holds the merged header and the payload as
+// merge left it. merge is called with each message received (header and
+// payload, as long as msg) and must fold its payload into msg's; it sees
+// msg's header before the received one is merged in. merge may be nil
+// for header-only messages, and callers that need the messages in rank
+// order use a flat team's inbox instead.
 //
 // The exchange is also a barrier: it returns only after every member has
 // started it. It touches no user buffer, so it needs no entry handshake:
@@ -221,8 +236,11 @@ func (c *call) exchange(msg []byte, merge func(in []byte)) error {
 	c.lw[wordSeq] = k
 	par := int(k % 2)
 	me := c.me
+	if g.flat {
+		return c.exchangeFlat(msg, merge, k)
+	}
 	if me >= g.p2 { // an extra: hand in, get the result
-		if err := c.send(msg, me-g.p2, par, slotPre, k); err != nil {
+		if err := c.send(msg, me-g.p2, par, slotPre, k, shmem.SignalSet); err != nil {
 			return err
 		}
 		in, err := c.recv(par, slotPost, k, len(msg))
@@ -241,7 +259,7 @@ func (c *call) exchange(msg []byte, merge func(in []byte)) error {
 	}
 	for r := 0; r < g.rounds; r++ {
 		partner := me ^ (1 << r)
-		if err := c.send(msg, partner, par, slotRound+r, k); err != nil {
+		if err := c.send(msg, partner, par, slotRound+r, k, shmem.SignalSet); err != nil {
 			return err
 		}
 		in, err := c.recv(par, slotRound+r, k, len(msg))
@@ -251,9 +269,49 @@ func (c *call) exchange(msg []byte, merge func(in []byte)) error {
 		c.fold(msg, in, merge)
 	}
 	if me < g.rem {
-		return c.send(msg, me+g.p2, par, slotPost, k)
+		return c.send(msg, me+g.p2, par, slotPost, k, shmem.SignalSet)
 	}
 	return nil
+}
+
+// exchangeFlat is exchange k on a flat team: msg to every other member,
+// starting with the right-hand neighbour so that no member is written by
+// all at once, then one wait for all of theirs.
+func (c *call) exchangeFlat(msg []byte, merge func([]byte), k uint64) error {
+	par := int(k % 2)
+	off := c.g.bufOff(par, c.me)
+	dst := c.bytes.Slice(off, off+len(msg))
+	sig := c.words.Slice(sigWord(par, 0), sigWord(par, 0)+1)
+	for s := 1; s < c.n; s++ {
+		if err := shmem.PutSignal(dst, msg, sig, 1, shmem.SignalAdd, c.world((c.me+s)%c.n)); err != nil {
+			return err
+		}
+	}
+	// Every exchange brings n-1 messages; this parity has had (k+1)/2
+	// exchanges, this one included.
+	if err := shmem.WaitUntil(c.words, sigWord(par, 0), shmem.CmpGE, (k+1)/2*uint64(c.n-1)); err != nil {
+		return err
+	}
+	h := readHeader(msg)
+	for j := range c.n {
+		if j == c.me {
+			continue
+		}
+		in := c.inbox(j, len(msg))
+		if merge != nil {
+			merge(in)
+		}
+		h.merge(readHeader(in))
+	}
+	h.put(msg)
+	return nil
+}
+
+// inbox is the first n bytes of member j's message of this member's
+// latest exchange on a flat team, valid until the next exchange.
+func (c *call) inbox(j, n int) []byte {
+	off := c.g.bufOff(int(c.lw[wordSeq]%2), j)
+	return c.lb[off : off+n]
 }
 
 func (c *call) fold(msg, in []byte, merge func([]byte)) {
@@ -266,10 +324,10 @@ func (c *call) fold(msg, in []byte, merge func([]byte)) {
 }
 
 // send puts msg into team member j's buffer (par, slot) and signals it.
-func (c *call) send(msg []byte, j, par, slot int, k uint64) error {
+func (c *call) send(msg []byte, j, par, slot int, k uint64, op shmem.SignalOp) error {
 	off := c.g.bufOff(par, slot)
 	sw := sigWord(par, slot)
-	return shmem.PutSignal(c.bytes.Slice(off, off+len(msg)), msg, c.words.Slice(sw, sw+1), k, shmem.SignalSet, c.world(j))
+	return shmem.PutSignal(c.bytes.Slice(off, off+len(msg)), msg, c.words.Slice(sw, sw+1), k, op, c.world(j))
 }
 
 // recv waits for this member's buffer (par, slot) of exchange k and

@@ -1,6 +1,52 @@
-// Package collective will hold barrier, broadcast, reductions,
-// all-reduce, collect, fcollect, all-to-all and scans over teams, built
-// from the shmem API alone (put, get, atomics, wait-until, barrier) so
-// that every algorithm runs unchanged over shared memory, TCP or a mix.
-// Not built yet.
+// Package collective is barrier, broadcast, reductions, scans, collect
+// and all-to-all over shmem teams, built from the shmem API alone (put,
+// get, put-with-signal, atomics, wait-until, team sync), so every
+// algorithm runs unchanged over shared memory, TCP or a mix of both.
+//
+//	err := collective.AllReduce(pe.World(), dst, src, collective.Sum)
+//
+// Every call takes a team and symmetric buffers, and every member of
+// the team makes the same calls in the same order with the same
+// arguments (counts, operator, root, element type). Members that
+// disagree, or whose buffers are too small, all get an error (wrapping
+// shmem.ErrAsymmetric, ErrOutOfBounds, ErrInvalid or ErrBadPE) and the
+// team stays usable: no call hangs on a bad argument and none writes
+// outside dst. A lost peer ends the call with shmem.ErrPeerLost.
+//
+// Buffer ownership is stronger than OpenSHMEM's: a collective reads a
+// PE's src and writes its dst only while that PE is inside the same
+// call. A PE may read its result, refill src and call the next
+// collective at once, with no barrier in between. dst and src may be
+// the same object for Broadcast, Reduce, AllReduce, InScan and ExScan.
+//
+// Small vectors (up to the payload of one scratch message: 160 bytes
+// on 2-PE teams, 112 on 3 to 7, 80 on 8 to 15) go by recursive doubling
+// through each team's reserved scratch; larger ones by direct reads of
+// the members' buffers between an entry and an exit exchange, reading
+// and writing the peers' mapped heaps with no staging copy over shared
+// memory. docs/collectives.md has the algorithms, the crossovers and the
+// measured figures; GOSHMEM_COLLECTIVE_ALGO (auto, rd, direct, ring)
+// forces one (docs/env.md).
+//
+// Caveats:
+//   - Collectives of one PE on one team are serialised (a lock of the
+//     team's); calls on different teams may run at once from different
+//     goroutines, each team with its own scratch and signal words.
+//     Calling collectives on one team from several goroutines of a PE
+//     in an order the other members do not share is a mismatch, as in
+//     OpenSHMEM.
+//   - Teams of more than 32767 PEs are refused (the recursive-doubling
+//     signal words of a team slot run out).
+//   - FCollect, Collect, AllToAll and AllToAllS refuse overlapping dst
+//     and src (ErrInvalid).
+//   - ExScan leaves member 0's dst holding the identity of the operator
+//     (0 for Sum, Or and Xor; 1 for Prod; all ones for And; the largest
+//     value for Min and the smallest for Max, ±Inf for floats).
+//   - Reduce writes the root's dst only; the others' dst are left alone.
+//   - A call that returns an error may have written part of dst on the
+//     members that got as far as the data movement (a peer lost midway);
+//     argument errors are found before any data moves.
+//   - Floating-point sums may differ in the last bits from a serial sum
+//     in rank order (the algorithms combine in other orders); every
+//     member of an AllReduce gets the same bits.
 package collective

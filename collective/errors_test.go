@@ -185,7 +185,7 @@ var _ = register("errors", func(pe *shmem.PE) error {
 })
 
 func TestErrors(t *testing.T) {
-	each(t, "errors", []route{goroutines}, nil, 1, 2, 3, 5)
+	each(t, "errors", []route{goroutines}, nil, 1, 2, 3, 5, 10)
 	each(t, "errors", []route{tcp, processes, mixed}, nil, 3)
 }
 

@@ -17,7 +17,9 @@ import (
 // refills its src and dst as soon as a call returns, which the
 // ownership rule allows.
 
-var teamSizes = []int{1, 2, 3, 4, 5, 7, 8}
+// Teams of up to flatMax (8) members exchange flat; 9, 11 and 12 take
+// the recursive-doubling exchange, with and without extras.
+var teamSizes = []int{1, 2, 3, 4, 5, 7, 8, 9, 11, 12}
 
 func matrixLens() []int {
 	if small {
@@ -102,7 +104,7 @@ var _ = register("matrix", func(pe *shmem.PE) error {
 })
 
 func TestMatrix(t *testing.T) {
-	each(t, "matrix", []route{goroutines}, nil, 1, 2, 3, 8)
+	each(t, "matrix", []route{goroutines}, nil, 1, 2, 3, 8, 12)
 	each(t, "matrix", []route{tcp, processes}, nil, 3)
 	each(t, "matrix", []route{mixed, processesMixed}, nil, 4)
 }
@@ -111,7 +113,7 @@ func TestMatrix(t *testing.T) {
 func TestMatrixAlgorithms(t *testing.T) {
 	for _, a := range []string{"rd", "direct", "ring"} {
 		t.Run(a, func(t *testing.T) {
-			each(t, "matrix", []route{goroutines}, []string{envAlgo + "=" + a}, 5)
+			each(t, "matrix", []route{goroutines}, []string{envAlgo + "=" + a}, 5, 10)
 		})
 	}
 }

@@ -45,7 +45,7 @@ var _ = register("back-to-back", func(pe *shmem.PE) error {
 })
 
 func TestBackToBack(t *testing.T) {
-	each(t, "back-to-back", []route{goroutines}, nil, 2, 4, 7)
+	each(t, "back-to-back", []route{goroutines}, nil, 2, 4, 7, 11)
 	each(t, "back-to-back", []route{tcp, mixed, processes}, nil, 3)
 	each(t, "back-to-back", []route{goroutines}, []string{envAlgo + "=ring"}, 5)
 }

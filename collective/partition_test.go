@@ -107,7 +107,7 @@ func TestGeometry(t *testing.T) {
 		if g.p2 > n || 2*g.p2 <= n || g.p2+g.rem != n || g.rounds > maxRounds {
 			t.Fatalf("geometry(%d) = %+v", n, g)
 		}
-		if g.payloadCap() < 0 || g.bufOff(1, g.rounds+1)+g.slotBytes > 1216 || g.slotBytes%16 != 0 {
+		if g.payloadCap() < 0 || g.bufOff(1, g.slots-1)+g.slotBytes > 1216 || g.flat != (n <= flatMax) || g.slotBytes%16 != 0 {
 			t.Fatalf("geometry(%d): %d-byte buffers do not fit", n, g.slotBytes)
 		}
 	}

@@ -52,7 +52,7 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	}
 	sz := n * sizeOf[T]()
 	switch {
-	case c.algo != algoDirect && c.algo != algoRing && sz <= c.g.payloadCap():
+	case c.useRD(sz, sizeOf[T]()):
 		return reduceRD(&c, k, dst, src, op, root)
 	case c.algo == algoRing && c.n > 2:
 		return reduceRing(&c, k, dst, src, op, root)
@@ -62,27 +62,54 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 
 // reduceRD is recursive doubling over the team's scratch: every member
 // sends its partial result to its round-r partner, whose buffer it never
-// reads; the result lands in this member's dst only. For vectors that
-// fit one message (payloadCap bytes).
+// reads; the result lands in this member's dst only. A vector longer
+// than one message (payloadCap bytes) goes in pieces, one exchange each
+// (GOSHMEM_COLLECTIVE_ALGO=rd); the first exchange decides the verdict.
 func reduceRD[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int) error {
-	n := src.Len()
-	msg := newMsg(n * sizeOf[T]())
-	c.newHeader(c.desc).put(msg)
-	acc := elems[T](msg[hdrBytes:], n)
-	copy(acc, src.Local())
-	err := c.exchange(msg, func(in []byte) {
-		combine(k, op, acc, acc, elems[T](in[hdrBytes:], n))
-	})
-	if err != nil {
-		return err
+	n, sz := src.Len(), sizeOf[T]()
+	per := c.g.payloadCap() / sz
+	msg := newMsg(min(n, per) * sz)
+	sl, dl := src.Local(), dst.Local()
+	for off := 0; ; off += per {
+		m := min(per, n-off)
+		msg = msg[:hdrBytes+m*sz]
+		c.newHeader(c.desc).put(msg)
+		acc := elems[T](msg[hdrBytes:], m)
+		copy(acc, sl[off:off+m])
+		var merge func([]byte)
+		if !c.g.flat {
+			merge = func(in []byte) { combine(k, op, acc, acc, elems[T](in[hdrBytes:], m)) }
+		}
+		if err := c.exchange(msg, merge); err != nil {
+			return err
+		}
+		if off == 0 {
+			if err := c.verdict(readHeader(msg)); err != nil {
+				return err
+			}
+		}
+		if root >= 0 && c.me != root {
+			// nothing to keep
+		} else if c.g.flat && c.n > 1 {
+			// Fold in rank order, so every member computes the same bits.
+			d := dl[off : off+m]
+			at := func(j int) []T {
+				if j == c.me {
+					return acc
+				}
+				return elems[T](c.inbox(j, len(msg))[hdrBytes:], m)
+			}
+			combine(k, op, d, at(0), at(1))
+			for j := 2; j < c.n; j++ {
+				combine(k, op, d, d, at(j))
+			}
+		} else {
+			copy(dl[off:off+m], acc)
+		}
+		if off+m >= n {
+			return nil
+		}
 	}
-	if err := c.verdict(readHeader(msg)); err != nil {
-		return err
-	}
-	if root < 0 || c.me == root {
-		copy(dst.Local(), acc)
-	}
-	return nil
 }
 
 // reduceDirect is a reduce-scatter and an allgather by direct access:

@@ -90,6 +90,17 @@ func (c Config) HeapBytes(npes int) int {
 			break
 		}
 	}
+	// The collective suites' src and dst, allocated per figure: the
+	// largest is alltoall's, npes blocks of the size each.
+	coll := 0
+	for _, name := range c.Suites {
+		if s := Lookup(name); s != nil && s.Group == "collectives" {
+			for _, size := range c.SizesFor(s) {
+				coll = max(coll, 2*npes*max(size, 8)+2<<10)
+			}
+		}
+	}
+	n += coll
 	return (n + 1<<20 - 1) &^ (1<<20 - 1)
 }
 

@@ -60,13 +60,13 @@ func TestSelect(t *testing.T) {
 }
 
 func TestRunsAt(t *testing.T) {
-	pair, every, missing := Lookup("put-latency"), Lookup("barrier"), Lookup("broadcast")
+	pair, every, coll := Lookup("put-latency"), Lookup("barrier"), Lookup("broadcast")
 	ringLat, ringAll := Lookup("ring-latency"), Lookup("ring-rate-all")
 	for _, c := range []struct {
 		s    *Suite
 		npes int
 		want bool
-	}{{pair, 2, true}, {pair, 4, false}, {every, 2, true}, {every, 4, true}, {every, 1, false}, {missing, 2, false},
+	}{{pair, 2, true}, {pair, 4, false}, {every, 2, true}, {every, 4, true}, {every, 1, false}, {coll, 2, true}, {coll, 4, true},
 		{ringLat, 2, true}, {ringLat, 4, false}, {ringAll, 4, true}} {
 		if got := c.s.RunsAt(c.npes); got != c.want {
 			t.Errorf("%s.RunsAt(%d) = %v, want %v", c.s.Name, c.npes, got, c.want)

@@ -369,9 +369,7 @@ func TestQuickRun(t *testing.T) {
 // job starts.
 func TestNothingToMeasure(t *testing.T) {
 	for _, args := range [][]string{
-		{"-transport", "tcp", "-suites", "collectives", "-quick"},
 		{"-pes", "4", "-suites", "put-latency,ring-latency,ring-rate", "-quick"},
-		{"-suites", "broadcast", "-quick"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(args, &stdout, &stderr); code != 1 {
