@@ -30,6 +30,8 @@ type Config struct {
 	Debug bool
 	// Info makes PE 0 print the configuration at start (SHMEM_INFO).
 	Info bool
+
+	version bool // SHMEM_VERSION: PE 0 prints the version line at start
 }
 
 // Option changes a Config.
@@ -80,15 +82,14 @@ func loadConfig(opts []Option) (Config, error) {
 		}
 		c.HeapSize = n
 	}
-	if v := os.Getenv("GOSHMEM_TIMEOUT"); v != "" {
-		d, err := parseDuration(v)
-		if err != nil {
-			return c, fmt.Errorf("shmem: GOSHMEM_TIMEOUT=%q: want a duration like 30s or a number of seconds: %w", v, errs.Invalid)
-		}
+	if d, ok, err := envDuration("GOSHMEM_TIMEOUT", minTimeout, maxTimeout); err != nil {
+		return c, err
+	} else if ok {
 		c.Timeout = d
 	}
 	c.Debug = envTrue("SHMEM_DEBUG")
 	c.Info = envTrue("SHMEM_INFO")
+	c.version = envTrue("SHMEM_VERSION")
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -106,6 +107,33 @@ func loadConfig(opts []Option) (Config, error) {
 		return c, fmt.Errorf("shmem: timeout %v must be positive: %w", c.Timeout, errs.Invalid)
 	}
 	return c, nil
+}
+
+// The ranges of the duration variables (docs/env.md). A timeout below
+// a millisecond fails every wait at once; the heartbeat's peer is lost
+// after five silent intervals, which below 50 ms a scheduling or GC
+// pause on a loaded machine can reach.
+const (
+	minTimeout   = time.Millisecond
+	maxTimeout   = 1e9 * time.Second
+	minHeartbeat = 50 * time.Millisecond
+	maxHeartbeat = time.Hour
+)
+
+// envDuration reads the duration variable name (parseDuration's format)
+// and checks lo <= d <= hi. ok is false when it is unset or empty. The
+// error names the variable and the range, and wraps ErrInvalid.
+func envDuration(name string, lo, hi time.Duration) (d time.Duration, ok bool, err error) {
+	v := strings.TrimSpace(os.Getenv(name))
+	if v == "" {
+		return 0, false, nil
+	}
+	d, err = parseDuration(v)
+	if err != nil || d < lo || d > hi {
+		return 0, false, fmt.Errorf("shmem: %s=%q: want a duration from %v to %v, like 30s, or a number of seconds: %w",
+			name, v, lo, hi, errs.Invalid)
+	}
+	return d, true, nil
 }
 
 func parseDuration(v string) (time.Duration, error) {

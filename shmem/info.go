@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/klauspost/cpuid/v2"
 )
@@ -117,10 +118,14 @@ func (in Info) String() string {
 // hostIdentity names this machine for the same-host decision:
 // GOSHMEM_HOST when set, else the host name and the kernel's boot id
 // (two machines may share a host name; namespaces on one machine share
-// the boot id but not, in a UTS namespace, the host name).
-func hostIdentity() string {
+// the boot id but not, in a UTS namespace, the host name). A set
+// GOSHMEM_HOST must be at most maxHostLen bytes of printable text.
+func hostIdentity() (string, error) {
 	if h := os.Getenv("GOSHMEM_HOST"); h != "" {
-		return h
+		if len(h) > maxHostLen || strings.IndexFunc(h, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+			return "", fmt.Errorf("shmem: GOSHMEM_HOST=%.40q: want at most %d bytes of printable text: %w", h, maxHostLen, ErrInvalid)
+		}
+		return h, nil
 	}
 	name, err := os.Hostname()
 	if err != nil {
@@ -131,7 +136,10 @@ func hostIdentity() string {
 		if len(s) > 8 {
 			s = s[:8]
 		}
-		return name + "/" + s
+		return name + "/" + s, nil
 	}
-	return name
+	return name, nil
 }
+
+// maxHostLen bounds GOSHMEM_HOST: it travels in every PE's endpoint.
+const maxHostLen = 255

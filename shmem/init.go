@@ -61,7 +61,10 @@ func Init(opts ...Option) (*PE, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shmem: %w", err)
 	}
-	host := hostIdentity()
+	host, err := hostIdentity()
+	if err != nil {
+		return nil, err
+	}
 	if !launched {
 		seg, err := heap.Create(heap.HeapBase + cfg.HeapSize)
 		if err != nil {
@@ -90,7 +93,7 @@ func (pe *PE) startInfo() {
 	if pe.rank != 0 {
 		return
 	}
-	if envTrue("SHMEM_VERSION") {
+	if pe.cfg.version {
 		fmt.Fprintf(os.Stderr, "goshmem %s (OpenSHMEM %d.%d API)\n", Version, SpecVersionMajor, SpecVersionMinor)
 	}
 	if pe.cfg.Info {

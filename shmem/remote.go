@@ -120,11 +120,9 @@ func meshEnv() (streams, sockbuf int, heartbeat time.Duration, err error) {
 		}
 		sockbuf = int(n)
 	}
-	if v := strings.TrimSpace(os.Getenv("GOSHMEM_HEARTBEAT")); v != "" {
-		d, perr := parseDuration(v)
-		if perr != nil {
-			return 0, 0, 0, fmt.Errorf("shmem: GOSHMEM_HEARTBEAT=%q: want a duration like 1s: %w", v, ErrInvalid)
-		}
+	if d, ok, herr := envDuration("GOSHMEM_HEARTBEAT", minHeartbeat, maxHeartbeat); herr != nil {
+		return 0, 0, 0, herr
+	} else if ok {
 		heartbeat = d
 	}
 	return streams, sockbuf, heartbeat, nil

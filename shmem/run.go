@@ -46,7 +46,10 @@ func Run(n int, fn func(pe *PE) error, opts ...Option) error {
 	hosts := cfg.Hosts
 	if hosts == nil {
 		hosts = make([]string, n)
-		id := hostIdentity()
+		id, err := hostIdentity()
+		if err != nil {
+			return err
+		}
 		for i := range hosts {
 			hosts[i] = id
 		}
