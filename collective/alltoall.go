@@ -67,7 +67,7 @@ func allToAll[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], dstStride, src
 			return err
 		}
 	}
-	if err := c.pe.Quiet(); err != nil {
+	if err := c.complete(); err != nil {
 		return err
 	}
 	_, err := c.sync()

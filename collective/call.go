@@ -340,6 +340,19 @@ func (c *call) recv(par, slot int, k uint64, n int) ([]byte, error) {
 	return c.lb[off : off+n], nil
 }
 
+// complete makes this member's puts into the others' buffers visible
+// to them by the time they finish the next exchange. A flat exchange
+// sends this member's message to every member after its data, on the
+// same ordered route, so a fence is enough (free over shared memory and
+// over a single TCP stream); recursive doubling reaches most members
+// only through others, so it needs the data complete first (Quiet).
+func (c *call) complete() error {
+	if c.g.flat {
+		return c.pe.Fence()
+	}
+	return c.pe.Quiet()
+}
+
 // sync is a header-only exchange that also checks agreement: the entry
 // or exit step of the algorithms that touch other members' buffers.
 func (c *call) sync() (header, error) {

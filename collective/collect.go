@@ -100,5 +100,5 @@ func pushAll[T shmem.Elem](c *call, dst shmem.Sym[T], v []T, off int) error {
 			return err
 		}
 	}
-	return c.pe.Quiet()
+	return c.complete()
 }

@@ -131,7 +131,24 @@ func reduceDirect[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, r
 	}
 	n := src.Len()
 	lo, hi := partition(n, c.n, c.me)
-	var bufs [2][]T
+	// Chunk me of the members whose heaps are not mapped here, fetched
+	// all at once (one round trip for all, not one per block).
+	far := make([][]T, c.n)
+	fetching := false
+	for j := range c.n {
+		if w := c.world(j); hi > lo && shmem.Ptr(src, w) == nil {
+			far[j] = make([]T, hi-lo)
+			if err := shmem.GetNBI(far[j], src.Slice(lo, hi), w); err != nil {
+				return err
+			}
+			fetching = true
+		}
+	}
+	if fetching {
+		if err := c.pe.Quiet(); err != nil {
+			return err
+		}
+	}
 	if root >= 0 {
 		// Into the root's dst: directly where it is mapped here,
 		// otherwise reduced here and put.
@@ -142,7 +159,7 @@ func reduceDirect[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, r
 		} else {
 			d = make([]T, hi-lo)
 		}
-		if err := reduceChunk(c, k, op, d, src, lo, hi, root, &bufs); err != nil {
+		if err := reduceChunk(c, k, op, d, src, lo, hi, lo, root, far); err != nil {
 			return err
 		}
 		if p == nil && hi > lo {
@@ -155,7 +172,7 @@ func reduceDirect[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, r
 		step := max(blockBytes/sizeOf[T](), 1)
 		for b := lo; b < hi; b += step {
 			e := min(b+step, hi)
-			if err := reduceChunk(c, k, op, dl[b:e], src, b, e, c.me, &bufs); err != nil {
+			if err := reduceChunk(c, k, op, dl[b:e], src, b, e, lo, c.me, far); err != nil {
 				return err
 			}
 			for s := 1; s < c.n; s++ {
@@ -168,7 +185,7 @@ func reduceDirect[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, r
 			}
 		}
 	}
-	if err := c.pe.Quiet(); err != nil {
+	if err := c.complete(); err != nil {
 		return err
 	}
 	_, err := c.sync()
@@ -181,27 +198,23 @@ func reduceDirect[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, r
 const blockBytes = 64 << 10
 
 // reduceChunk sets d to the reduction of elements [lo, hi) of every
-// member's src, folding member start's in first (d may alias it). bufs
-// hold what is read from members whose heaps are not mapped here.
-func reduceChunk[T shmem.Elem](c *call, k kind, op Op, d []T, src shmem.Sym[T], lo, hi, start int, bufs *[2][]T) error {
-	first, err := fetch(src, lo, hi, c.world(start), &bufs[0])
-	if err != nil {
-		return err
+// member's src, folding member start's in first (d may alias it).
+// far[j], when set, is member j's src from element base on, fetched
+// because its heap is not mapped here.
+func reduceChunk[T shmem.Elem](c *call, k kind, op Op, d []T, src shmem.Sym[T], lo, hi, base, start int, far [][]T) error {
+	at := func(j int) []T {
+		if far[j] != nil {
+			return far[j][lo-base : hi-base]
+		}
+		return shmem.Ptr(src, c.world(j))[lo:hi]
 	}
 	if c.n == 1 {
-		copyElems(d, first)
+		copyElems(d, at(start))
 		return nil
 	}
-	for s := 1; s < c.n; s++ {
-		v, err := fetch(src, lo, hi, c.world((start+s)%c.n), &bufs[1])
-		if err != nil {
-			return err
-		}
-		if s == 1 {
-			combine(k, op, d, first, v)
-		} else {
-			combine(k, op, d, d, v)
-		}
+	combine(k, op, d, at(start), at((start+1)%c.n))
+	for s := 2; s < c.n; s++ {
+		combine(k, op, d, d, at((start+s)%c.n))
 	}
 	return nil
 }
