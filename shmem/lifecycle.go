@@ -147,7 +147,11 @@ func (pe *PE) Finalize() error {
 	if clean {
 		// Nothing else runs on the PE now: its own quiet and barrier.
 		if err = pe.flushAll(); err == nil {
-			err = pe.world.sync()
+			if pe.checked() {
+				err = pe.agree(opFinalize, 0, 0)
+			} else {
+				err = pe.world.sync()
+			}
 		}
 		var serr error
 		if clean, serr = pe.settle(stLeaving, stClosed); err == nil {

@@ -147,24 +147,32 @@ func waitInFlight(pe *shmem.PE, n int) error {
 // eachTimeout is each with the PEs' timeout set to d, for scenarios
 // that need a wait to time out.
 func eachTimeout(t *testing.T, name string, d time.Duration, n int) {
+	eachWith(t, name, n, []shmem.Option{shmem.WithTimeout(d)}, "GOSHMEM_TIMEOUT="+d.String())
+}
+
+// eachWith is each on n PEs with opts given to Run and env to the
+// launched processes (the same settings, spelled both ways).
+func eachWith(t *testing.T, name string, n int, opts []shmem.Option, env ...string) {
 	s := scenarios.Get(name)
 	if s == nil {
 		t.Fatalf("no scenario %q", name)
 	}
-	env := "GOSHMEM_TIMEOUT=" + d.String()
+	run := func(hosts []string) error {
+		o := append([]shmem.Option{shmem.WithTimeout(60 * time.Second), shmem.WithHeapSize(16 << 20)}, opts...)
+		if hosts != nil {
+			o = append(o, shmem.WithHosts(hosts))
+		}
+		return shmem.Run(n, s, o...)
+	}
 	runs := []struct {
 		name string
 		run  func() error
 	}{
-		{"goroutines", func() error { return shmem.Run(n, s, shmem.WithTimeout(d), shmem.WithHeapSize(16<<20)) }},
-		{"processes", func() error { return scenarios.Processes(n, name, nil, env) }},
-		{"goroutines-tcp", func() error {
-			return shmem.Run(n, s, shmem.WithTimeout(d), shmem.WithHeapSize(16<<20), shmem.WithHosts(pretendHosts("remote", n)))
-		}},
-		{"goroutines-mixed", func() error {
-			return shmem.Run(n, s, shmem.WithTimeout(d), shmem.WithHeapSize(16<<20), shmem.WithHosts(pretendHosts("mixed", n)))
-		}},
-		{"processes-mixed", func() error { return scenarios.Processes(n, name, pretendHosts("mixed", n), env) }},
+		{"goroutines", func() error { return run(nil) }},
+		{"processes", func() error { return scenarios.Processes(n, name, nil, env...) }},
+		{"goroutines-tcp", func() error { return run(pretendHosts("remote", n)) }},
+		{"goroutines-mixed", func() error { return run(pretendHosts("mixed", n)) }},
+		{"processes-mixed", func() error { return scenarios.Processes(n, name, pretendHosts("mixed", n), env...) }},
 	}
 	for _, r := range runs {
 		t.Run(r.name+"/"+strconv.Itoa(n), func(t *testing.T) {

@@ -175,3 +175,47 @@ func TestSplitFits(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Under SHMEM_DEBUG, PEs that make different world-wide collective calls
+// all fail with ErrAsymmetric, whichever calls they are, and stay in
+// step: the same call everywhere works afterwards.
+var _ = register("debug-mismatched-collectives", func(pe *shmem.PE) error {
+	me := pe.MyPE()
+	if !pe.Info().Debug {
+		return fmt.Errorf("the scenario wants SHMEM_DEBUG")
+	}
+	mismatch := []struct {
+		what string
+		pe0  func() error
+		rest func() error
+	}{
+		{"Malloc against BarrierAll",
+			func() error { _, err := shmem.Malloc[int64](pe, 8); return err },
+			pe.BarrierAll},
+		{"BarrierAll against SyncAll", pe.BarrierAll, pe.SyncAll},
+		{"Malloc against World().Sync",
+			func() error { _, err := shmem.Malloc[int64](pe, 8); return err },
+			pe.World().Sync},
+	}
+	for _, m := range mismatch {
+		call := m.rest
+		if me == 0 {
+			call = m.pe0
+		}
+		if err := call(); !errors.Is(err, shmem.ErrAsymmetric) {
+			return fmt.Errorf("%s: PE %d got %v, want ErrAsymmetric", m.what, me, err)
+		}
+	}
+	s, err := shmem.Malloc[int64](pe, 8)
+	if err != nil {
+		return fmt.Errorf("Malloc everywhere after the mismatches: %w", err)
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	return shmem.Free(s)
+})
+
+func TestDebugMismatchedCollectives(t *testing.T) {
+	eachWith(t, "debug-mismatched-collectives", 3, []shmem.Option{shmem.WithDebug(true)}, "SHMEM_DEBUG=1")
+}

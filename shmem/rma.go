@@ -421,8 +421,21 @@ func (pe *PE) BarrierAll() error {
 		return err
 	}
 	defer pe.leave()
+	if pe.checked() {
+		if err := pe.alive(); err != nil {
+			return err
+		}
+		if err := pe.flushAll(); err != nil {
+			return err
+		}
+		return pe.agree(opBarrier, 0, 0) // its two meetings are the barrier
+	}
 	return pe.barrierAll()
 }
+
+// checked reports whether world-synchronising calls are checked for
+// agreement (SHMEM_DEBUG, more than one PE).
+func (pe *PE) checked() bool { return pe.cfg.Debug && pe.npes > 1 }
 
 // barrierAll is BarrierAll for a caller that has entered the PE.
 func (pe *PE) barrierAll() error {
@@ -444,6 +457,9 @@ func (pe *PE) SyncAll() error {
 	defer pe.leave()
 	if err := pe.alive(); err != nil {
 		return err
+	}
+	if pe.checked() {
+		return pe.agree(opSync, 0, 0)
 	}
 	return pe.world.sync()
 }

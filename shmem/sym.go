@@ -229,6 +229,11 @@ const (
 	opMalloc  = 1
 	opRealloc = 2
 	opFree    = 3
+	// The world-wide synchronising calls are checked the same way, so
+	// that a PE in Malloc and a PE in BarrierAll both fail.
+	opBarrier  = 4
+	opSync     = 5
+	opFinalize = 6
 )
 
 func (pe *PE) symAlloc(bytes, align uint64, op uint64) (*block, error) {
@@ -343,7 +348,7 @@ func (pe *PE) freeBlock(b *block) error {
 }
 
 // agree checks, under SHMEM_DEBUG, that every PE is making the same
-// collective allocation call: each PE publishes a descriptor (call
+// collective allocation or world-synchronising call: each PE publishes a descriptor (call
 // number, kind, size, alignment or offset) in its reserved agreement
 // words, all meet, each reads every other PE's descriptor, and all meet
 // again before the words can be reused. Every PE sees the same set of
@@ -370,7 +375,7 @@ func (pe *PE) agree(op, a, b uint64) error {
 			return err
 		}
 		if got != desc && bad == nil {
-			bad = fmt.Errorf("shmem: collective allocation #%d: PE %d called %s(%d, %d) but PE %d called %s(%d, %d): %w",
+			bad = fmt.Errorf("shmem: collective call #%d: PE %d called %s(%d, %d) but PE %d called %s(%d, %d): %w",
 				seq, pe.rank, opName(desc[1]), desc[2], desc[3], r, opName(got[1]), got[2], got[3], ErrAsymmetric)
 		}
 	}
@@ -388,6 +393,12 @@ func opName(op uint64) string {
 		return "Realloc"
 	case opFree:
 		return "Free"
+	case opBarrier:
+		return "BarrierAll"
+	case opSync:
+		return "SyncAll"
+	case opFinalize:
+		return "Finalize"
 	}
 	return fmt.Sprintf("op%d", op)
 }

@@ -95,6 +95,9 @@ func (t *Team) Sync() error {
 	if err := t.pe.alive(); err != nil {
 		return err
 	}
+	if t == t.pe.world && t.pe.checked() {
+		return t.pe.agree(opSync, 0, 0) // the world's Sync is SyncAll
+	}
 	return t.sync()
 }
 
