@@ -19,12 +19,12 @@
 // collective at once, with no barrier in between. dst and src may be
 // the same object for Broadcast, Reduce, AllReduce, InScan and ExScan.
 //
-// Small vectors (up to the payload of one scratch message: 160 bytes
-// on 2-PE teams, 112 on 3 to 7, 80 on 8 to 15) go by recursive doubling
-// through each team's reserved scratch; larger ones by direct reads of
-// the members' buffers between an entry and an exit exchange, reading
-// and writing the peers' mapped heaps with no staging copy over shared
-// memory. docs/collectives.md has the algorithms, the crossovers and the
+// Small vectors (up to the payload of one scratch message: 256 bytes
+// on 2-PE teams, 112 on 4, 32 on 8) go through each team's reserved
+// scratch in one exchange (flat on teams of up to 8, recursive doubling
+// on larger ones); larger ones by direct reads and writes of the
+// members' buffers between an entry and an exit exchange, straight in
+// the peers' mapped heaps over shared memory, with no staging copy. docs/collectives.md has the algorithms, the crossovers and the
 // measured figures; GOSHMEM_COLLECTIVE_ALGO (auto, rd, direct, ring)
 // forces one (docs/env.md).
 //
