@@ -70,6 +70,12 @@ type Config struct {
 	// also polls for a while after the last bytes; SpinOff never polls.
 	Spin SpinMode
 
+	// InProcess says that other PEs of the job run as goroutines of this
+	// process (shmem.Run): a Poll on an oversubscribed machine then yields
+	// to them with runtime.Gosched, since giving the thread to the OS
+	// would keep its Go processor from them.
+	InProcess bool
+
 	// Logf, if not nil, receives one line per refused connection, lost
 	// link and protocol violation.
 	Logf func(format string, args ...any)

@@ -141,7 +141,7 @@ func (pe *PE) startMesh(jobID string, key []byte, listen string) error {
 	self := &pe.peers[pe.rank]
 	m, err := netmesh.Listen(netmesh.Config{
 		Streams: streams, SockBuf: sockbuf, Heartbeat: heartbeat,
-		Spin: spin,
+		Spin: spin, InProcess: pe.job != nil,
 		Rank: pe.rank, Size: pe.npes, JobID: jobID, Key: key, Mem: pe.mem,
 		Notify:  func(off, n uint64) { pe.notify(self, off, n) },
 		Listen:  listen,
