@@ -33,6 +33,9 @@ func Broadcast[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], root int) err
 	if c.useRD(n*sizeOf[T](), sizeOf[T]()) {
 		return broadcastRD(&c, dst, src, root)
 	}
+	if c.spansHosts() {
+		return broadcastScatter(&c, dst, src, root)
+	}
 	return broadcastDirect(&c, dst, src, root)
 }
 
@@ -89,6 +92,61 @@ func broadcastDirect[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) err
 	n := src.Len()
 	if err := fetchInto(dst.Local()[:n], src, 0, n, c.world(root)); err != nil {
 		return err
+	}
+	_, err := c.sync()
+	return err
+}
+
+// broadcastScatter is scatter + allgather, for teams that span hosts,
+// where every member reading the root's src (broadcastDirect) would make
+// the root's link carry the vector once per member: after the entry
+// exchange the root puts chunk j of its src (partition), and its own
+// chunk, into member j's dst; after a middle exchange every other member
+// puts its chunk into the dst of every member but the root, which copied
+// its whole src itself; then the exit exchange. Each member sends about
+// 2/n of the vector, the root included.
+func broadcastScatter[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) error {
+	if _, err := c.sync(); err != nil {
+		return err
+	}
+	n := src.Len()
+	if c.me == root {
+		sl := src.Local()
+		copyElems(dst.Local()[:n], sl[:n])
+		rlo, rhi := partition(n, c.n, root)
+		for s := 1; s < c.n; s++ {
+			j := (c.me + s) % c.n
+			lo, hi := partition(n, c.n, j)
+			for _, r := range [][2]int{{lo, hi}, {rlo, rhi}} {
+				if r[1] > r[0] {
+					if err := shmem.Put(dst.Slice(r[0], r[1]), sl[r[0]:r[1]], c.world(j)); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if err := c.complete(); err != nil {
+			return err
+		}
+	}
+	if _, err := c.sync(); err != nil {
+		return err
+	}
+	if c.me != root {
+		lo, hi := partition(n, c.n, c.me)
+		mine := dst.Local()[lo:hi]
+		for s := 1; s < c.n; s++ {
+			j := (c.me + s) % c.n
+			if j == root || hi == lo {
+				continue
+			}
+			if err := shmem.Put(dst.Slice(lo, hi), mine, c.world(j)); err != nil {
+				return err
+			}
+		}
+		if err := c.complete(); err != nil {
+			return err
+		}
 	}
 	_, err := c.sync()
 	return err

@@ -340,6 +340,18 @@ func (c *call) recv(par, slot int, k uint64, n int) ([]byte, error) {
 	return c.lb[off : off+n], nil
 }
 
+// spansHosts reports whether some member's heap is not mapped here.
+// Every member of a team that spans hosts has a member on another host,
+// so all members answer alike.
+func (c *call) spansHosts() bool {
+	for j := range c.n {
+		if !c.pe.SameHost(c.world(j)) {
+			return true
+		}
+	}
+	return false
+}
+
 // complete makes this member's puts into the others' buffers visible
 // to them by the time they finish the next exchange. A flat exchange
 // sends this member's message to every member after its data, on the

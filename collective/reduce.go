@@ -133,10 +133,13 @@ func reduceDirect[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, r
 	lo, hi := partition(n, c.n, c.me)
 	// Chunk me of the members whose heaps are not mapped here, fetched
 	// all at once (one round trip for all, not one per block).
-	far := make([][]T, c.n)
+	var far [][]T
 	fetching := false
 	for j := range c.n {
 		if w := c.world(j); hi > lo && shmem.Ptr(src, w) == nil {
+			if far == nil {
+				far = make([][]T, c.n)
+			}
 			far[j] = make([]T, hi-lo)
 			if err := shmem.GetNBI(far[j], src.Slice(lo, hi), w); err != nil {
 				return err
@@ -203,7 +206,7 @@ const blockBytes = 64 << 10
 // because its heap is not mapped here.
 func reduceChunk[T shmem.Elem](c *call, k kind, op Op, d []T, src shmem.Sym[T], lo, hi, base, start int, far [][]T) error {
 	at := func(j int) []T {
-		if far[j] != nil {
+		if far != nil && far[j] != nil {
 			return far[j][lo-base : hi-base]
 		}
 		return shmem.Ptr(src, c.world(j))[lo:hi]
