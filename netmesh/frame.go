@@ -57,6 +57,23 @@ func hdrLen(t byte) int {
 	return 0
 }
 
+// payloadLen returns the payload length that hdr, the whole header of a
+// frame of type t, states: read at the offset the type's parser reads it
+// from, without judging it (0 for a type without a payload).
+func payloadLen(t byte, hdr []byte) int {
+	switch t {
+	case typePut:
+		return int(le.Uint32(hdr[putLenAt:]))
+	case typePutSignal:
+		return int(le.Uint32(hdr[putSignalLenAt:]))
+	case typeGetResp:
+		return int(le.Uint32(hdr[getRespLenAt:]))
+	case typeError:
+		return int(le.Uint16(hdr[errorLenAt:]))
+	}
+	return 0
+}
+
 // typeName names frame type t for messages.
 func typeName(t byte) string {
 	switch t {

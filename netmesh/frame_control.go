@@ -82,6 +82,9 @@ func goodbyeLen() int { return goodbyeHdrLen }
 // parseGoodbye checks a GOODBYE at the start of b.
 func parseGoodbye(b []byte) error { return checkHeader(b, typeGoodbye, goodbyeHdrLen) }
 
+// errorLenAt is the offset of the text length in an ERROR header.
+const errorLenAt = 4
+
 // appendError appends an ERROR frame; text is cut to MaxErrorText bytes.
 func appendError(b []byte, code uint16, text string) []byte {
 	text = text[:min(len(text), MaxErrorText)]
@@ -100,7 +103,7 @@ func parseError(b []byte) (code uint16, n int, err error) {
 	if err := checkHeader(b, typeError, errorHdrLen); err != nil {
 		return 0, 0, err
 	}
-	code, n = le.Uint16(b[2:4]), int(le.Uint16(b[4:6]))
+	code, n = le.Uint16(b[2:4]), int(le.Uint16(b[errorLenAt:]))
 	if n > MaxErrorText {
 		return 0, 0, malformed(codeLength, "ERROR text of %d bytes: past %d", n, MaxErrorText)
 	}

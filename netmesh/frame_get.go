@@ -65,6 +65,9 @@ type getRespHdr struct {
 	n      uint32
 }
 
+// getRespLenAt is the offset of Len in a GET_RESP header.
+const getRespLenAt = 8
+
 // appendGetResp appends a GET_RESP header for n payload bytes.
 func appendGetResp(b []byte, id uint32, status byte, n uint32) []byte {
 	b = append(b, Version, typeGetResp, status, 0)
@@ -80,7 +83,7 @@ func parseGetResp(b []byte) (getRespHdr, error) {
 	if err := checkHeader(b, typeGetResp, getRespHdrLen, 3); err != nil {
 		return getRespHdr{}, err
 	}
-	h := getRespHdr{status: b[2], id: le.Uint32(b[4:8]), n: le.Uint32(b[8:12])}
+	h := getRespHdr{status: b[2], id: le.Uint32(b[4:8]), n: le.Uint32(b[getRespLenAt:])}
 	switch {
 	case h.id == 0:
 		return getRespHdr{}, malformed(codeMalformed, "GET_RESP with id 0")

@@ -13,6 +13,9 @@ package netmesh
 // The receiver checks Off+Len <= len(segment) before it reads a payload
 // byte, then reads the payload from the socket straight into the segment.
 
+// putLenAt is the offset of Len in the header.
+const putLenAt = 2
+
 type putHdr struct {
 	off uint64
 	n   uint32
@@ -33,7 +36,7 @@ func parsePut(b []byte) (putHdr, error) {
 	if err := checkHeader(b, typePut, putHdrLen); err != nil {
 		return putHdr{}, err
 	}
-	h := putHdr{n: le.Uint32(b[2:6]), off: le.Uint64(b[6:14])}
+	h := putHdr{n: le.Uint32(b[putLenAt:]), off: le.Uint64(b[6:14])}
 	if h.n == 0 || h.n > MaxPayload {
 		return putHdr{}, malformed(codeLength, "PUT of %d bytes: want 1..%d", h.n, MaxPayload)
 	}

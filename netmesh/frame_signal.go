@@ -24,6 +24,9 @@ type putSignalHdr struct {
 	sigV   uint64
 }
 
+// putSignalLenAt is the offset of Len in the header.
+const putSignalLenAt = 4
+
 // appendPutSignal appends a PUT_SIGNAL header for n payload bytes.
 func appendPutSignal(b []byte, off uint64, n uint32, sigOff uint64, sigOp byte, sigV uint64) []byte {
 	b = append(b, Version, typePutSignal, sigOp, 0)
@@ -43,7 +46,7 @@ func parsePutSignal(b []byte) (putSignalHdr, error) {
 	}
 	h := putSignalHdr{
 		sigOp:  b[2],
-		n:      le.Uint32(b[4:8]),
+		n:      le.Uint32(b[putSignalLenAt:]),
 		off:    le.Uint64(b[8:16]),
 		sigOff: le.Uint64(b[16:24]),
 		sigV:   le.Uint64(b[24:32]),

@@ -269,18 +269,7 @@ func (st *stream) frameBuffered() bool {
 	if len(b) < hl {
 		return false
 	}
-	var n int
-	switch b[1] {
-	case typePut:
-		n = int(le.Uint32(b[2:6]))
-	case typePutSignal:
-		n = int(le.Uint32(b[4:8]))
-	case typeGetResp:
-		n = int(le.Uint32(b[8:12]))
-	case typeError:
-		n = int(le.Uint16(b[4:6]))
-	}
-	return len(b)-hl >= n
+	return len(b)-hl >= payloadLen(b[1], b[:hl])
 }
 
 // readIdle reads what arrives into st.buf[st.w:] for the holder at a

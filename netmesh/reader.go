@@ -6,7 +6,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/goshmem/goshmem/heap"
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
@@ -122,13 +121,12 @@ func (st *stream) notify(off, n uint64) {
 }
 
 // serve reads and applies frames for the holder of the read token, c
-// (nil: the reader goroutine), until the holder should hand the token on
-// (errYield: see stream.yield) or the stream ends. It then returns
-// errGoodbye, a *wireError (this side found a violation), a *peerError,
-// or the read error.
+// (nil: the reader goroutine, or a Mesh.Poll), until the holder should
+// hand the token on (errYield: see stream.yield) or the stream ends. It
+// then returns errGoodbye, a *wireError (this side found a violation), a
+// *peerError, or the read error. Each frame is applied by the function
+// of its type (apply.go) before the next is read.
 func (st *stream) serve(c *call) error {
-	mem := st.l.m.cfg.Mem
-	size := uint64(len(mem))
 	for {
 		if st.yield(c) {
 			return errYield
@@ -146,203 +144,8 @@ func (st *stream) serve(c *call) error {
 			}
 			return err
 		}
-		hdr := st.buf[st.r : st.r+hl]
-		switch t {
-		case typePut:
-			h, err := parsePut(hdr)
-			if err == nil {
-				err = checkPut(h, size)
-			}
-			if err != nil {
-				return err
-			}
-			st.r += hl
-			if err := st.payload(mem[h.off : h.off+uint64(h.n)]); err != nil {
-				return err
-			}
-			st.notify(h.off, uint64(h.n))
-
-		case typePutSignal:
-			h, err := parsePutSignal(hdr)
-			if err == nil {
-				err = checkPutSignal(h, size)
-			}
-			if err != nil {
-				return err
-			}
-			st.r += hl
-			if h.n > 0 {
-				if err := st.payload(mem[h.off : h.off+uint64(h.n)]); err != nil {
-					return err
-				}
-				st.notify(h.off, uint64(h.n))
-			}
-			op := heap.OpSet
-			if h.sigOp == signalAdd {
-				op = heap.OpFetchAdd
-			}
-			heap.AtomicAt(mem, h.sigOff, 8, op, h.sigV, 0)
-			st.notify(h.sigOff, 8)
-
-		case typeGet:
-			h, err := parseGet(hdr)
-			if err == nil {
-				err = checkGet(h, size)
-			}
-			if err != nil {
-				return err
-			}
-			st.r += hl
-			// A small reply is copied into the batch with its header (one
-			// write(2)); a large one is written from the segment by
-			// reference: the kernel reads it during writev, no copy is made.
-			if err := st.reply(func(b *batch) {
-				old := len(b.buf)
-				b.buf = appendGetResp(b.buf, h.id, statusOK, h.n)
-				if h.n <= copyMax {
-					b.buf = appendSegment(b.buf, mem[h.off:h.off+uint64(h.n)])
-					b.addBuf(old)
-					return
-				}
-				b.addBuf(old)
-				b.addExt(mem[h.off : h.off+uint64(h.n)])
-			}); err != nil {
-				return err
-			}
-
-		case typeAtomic:
-			h, err := parseAtomic(hdr)
-			if err == nil {
-				err = checkAtomic(h, size)
-			}
-			if err != nil {
-				return err
-			}
-			st.r += hl
-			old := heap.AtomicAt(mem, h.off, int(h.width), h.op, h.v, h.cond)
-			if h.op != heap.OpFetch {
-				st.notify(h.off, uint64(h.width))
-			}
-			if h.id != 0 {
-				if err := st.reply(func(b *batch) {
-					o := len(b.buf)
-					b.buf = appendAtomicResp(b.buf, h.id, statusOK, old)
-					b.addBuf(o)
-				}); err != nil {
-					return err
-				}
-			}
-
-		case typeFlush:
-			id, err := parseFlush(hdr)
-			if err != nil {
-				return err
-			}
-			st.r += hl
-			if err := st.reply(func(b *batch) {
-				o := len(b.buf)
-				b.buf = appendFlushReply(b.buf, id)
-				b.addBuf(o)
-			}); err != nil {
-				return err
-			}
-
-		case typeGetResp:
-			h, err := parseGetResp(hdr)
-			if err != nil {
-				return err
-			}
-			st.r += hl
-			c := st.l.calls.remove(h.id)
-			if c == nil {
-				// A reply to a request whose caller timed out.
-				if err := st.discard(int(h.n)); err != nil {
-					return err
-				}
-				continue
-			}
-			if c.kind != typeGet || c.stream != st.idx || (h.status == statusOK && int(h.n) != len(c.dst)) {
-				err := malformed(codeResponse, "GET_RESP %d of %d bytes on stream %d answers a %s of %d bytes on stream %d",
-					h.id, h.n, st.idx, typeName(c.kind), len(c.dst), c.stream)
-				c.complete(st.l.violationErr(st.idx, err))
-				return err
-			}
-			if h.status != statusOK {
-				c.complete(fmt.Errorf("netmesh: PE %d refused a get (status 0x%02x): %w", st.l.rank, h.status, errs.Protocol))
-				continue
-			}
-			if err := st.payload(c.dst); err != nil {
-				c.complete(st.l.lostErr(err))
-				return err
-			}
-			c.complete(nil)
-
-		case typeAtomicResp:
-			h, err := parseAtomicResp(hdr)
-			if err != nil {
-				return err
-			}
-			st.r += hl
-			c := st.l.calls.remove(h.id)
-			if c == nil {
-				continue
-			}
-			if c.kind != typeAtomic || c.stream != st.idx || (c.width == 4 && h.old>>32 != 0) {
-				err := malformed(codeResponse, "ATOMIC_RESP %d on stream %d answers a %s on stream %d", h.id, st.idx, typeName(c.kind), c.stream)
-				c.complete(st.l.violationErr(st.idx, err))
-				return err
-			}
-			if h.status != statusOK {
-				c.complete(fmt.Errorf("netmesh: PE %d refused an atomic (status 0x%02x): %w", st.l.rank, h.status, errs.Protocol))
-				continue
-			}
-			c.val = h.old
-			if c.old != nil {
-				*c.old = h.old
-			}
-			c.complete(nil)
-
-		case typeFlushReply:
-			id, err := parseFlushReply(hdr)
-			if err != nil {
-				return err
-			}
-			st.r += hl
-			c := st.l.calls.remove(id)
-			if c == nil {
-				continue
-			}
-			if c.kind != typeFlush || c.stream != st.idx {
-				err := malformed(codeResponse, "FLUSH_REPLY %d on stream %d answers a %s on stream %d", id, st.idx, typeName(c.kind), c.stream)
-				c.complete(st.l.violationErr(st.idx, err))
-				return err
-			}
-			c.complete(nil)
-
-		case typeHeartbeat:
-			if err := parseHeartbeat(hdr); err != nil {
-				return err
-			}
-			st.r += hl
-
-		case typeGoodbye:
-			if err := parseGoodbye(hdr); err != nil {
-				return err
-			}
-			st.r += hl
-			return errGoodbye
-
-		case typeError:
-			code, n, err := parseError(hdr)
-			if err != nil {
-				return err
-			}
-			if err := st.fill(hl+n, c, true); err != nil {
-				return err
-			}
-			text := string(st.buf[st.r+hl : st.r+hl+n])
-			st.r += hl + n
-			return &peerError{code: code, text: text}
+		if err := st.apply(t, st.buf[st.r:st.r+hl], c); err != nil {
+			return err
 		}
 	}
 }
