@@ -243,3 +243,32 @@ func TestPeerLost(t *testing.T) {
 		}
 	}
 }
+
+// Finalize while another goroutine of the PE is in a collective that can
+// never complete (the other PE does not join): the collective returns
+// ErrFinalized, whichever comes first, and Finalize completes.
+func TestFinalizeDuringCollective(t *testing.T) {
+	for _, hosts := range [][]string{nil, {"a", "b"}} {
+		var got error
+		err := shmem.Run(2, func(pe *shmem.PE) error {
+			b, err := newBufs[float64](pe, 1000)
+			if err != nil {
+				return err
+			}
+			if pe.MyPE() == 0 {
+				return nil // straight to Finalize
+			}
+			done := make(chan error, 1)
+			go func() { done <- AllReduce(pe.World(), b.dst, b.src, Sum) }()
+			ferr := pe.Finalize()
+			got = <-done
+			return ferr
+		}, shmem.WithTimeout(30*time.Second), shmem.WithHosts(hosts))
+		if err != nil && !errors.Is(err, shmem.ErrFinalized) {
+			t.Fatalf("hosts %v: Run: %v", hosts, err)
+		}
+		if !errors.Is(got, shmem.ErrFinalized) {
+			t.Fatalf("hosts %v: the collective ended with %v, want ErrFinalized", hosts, got)
+		}
+	}
+}

@@ -69,9 +69,13 @@ var _ = register("matrix", func(pe *shmem.PE) error {
 		}
 		return nil
 	}
-	// The world team itself, then split teams.
+	// The world team itself, the shared team (on mixed hosts, one per
+	// host pair, all on the same slot), then split teams.
 	if err := run(pe.World()); err != nil {
 		return fmt.Errorf("world team of %d: %w", w, err)
+	}
+	if err := run(pe.Shared()); err != nil {
+		return fmt.Errorf("shared team of %d: %w", pe.Shared().NPEs(), err)
 	}
 	for _, size := range teamSizes {
 		if size > w || (small && size == w) {

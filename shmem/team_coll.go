@@ -36,28 +36,38 @@ func (t *Team) CollectiveArea() (words Sym[uint64], bytes Sym[uint8]) {
 }
 
 // BeginCollective starts one collective call of this PE on the team: it
-// takes the team's lock, which orders the call against this PE's other
-// goroutines' collectives, Split, Split2D and Destroy on the team (Sync
-// waits too), and fails if the team is destroyed or the PE finalized or
-// broken. On success the caller must call EndCollective once, from the
-// same call; it must not call Sync, Split or Destroy on t in between.
+// enters the PE (so Finalize does not unmap the memory the call reads
+// through Local and Ptr views until EndCollective), takes the team's
+// lock, which orders the call against this PE's other goroutines'
+// collectives, Split, Split2D and Destroy on the team (Sync waits too),
+// and fails if the team is destroyed or the PE finalized or broken. On
+// success the caller must call EndCollective once, from the same call;
+// it must not call Sync, Split or Destroy on t in between.
 func (t *Team) BeginCollective() error {
 	if t == nil {
 		return fmt.Errorf("shmem: collective on a nil team: %w", ErrInvalid)
 	}
+	if err := t.pe.enter(); err != nil {
+		return err
+	}
 	if err := t.pe.alive(); err != nil {
+		t.pe.leave()
 		return err
 	}
 	t.mu.Lock()
 	if t.destroyed.Load() {
 		t.mu.Unlock()
+		t.pe.leave()
 		return fmt.Errorf("shmem: team (slot %d) is destroyed: %w", t.slot, ErrFinalized)
 	}
 	return nil
 }
 
 // EndCollective ends the call BeginCollective started.
-func (t *Team) EndCollective() { t.mu.Unlock() }
+func (t *Team) EndCollective() {
+	t.mu.Unlock()
+	t.pe.leave()
+}
 
 // PE is the PE the team belongs to.
 func (t *Team) PE() *PE {
