@@ -48,11 +48,10 @@ func Broadcast[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], root int) err
 func broadcastRD[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) error {
 	n, sz := src.Len(), sizeOf[T]()
 	per := c.g.payloadCap() / sz
-	msg := newMsg(min(n, per) * sz)
 	sl, dl := src.Local(), dst.Local()
 	for off := 0; ; off += per {
 		m := min(per, n-off)
-		msg = msg[:hdrBytes+m*sz]
+		msg := c.message(m * sz)
 		h := c.newHeader(c.desc)
 		if c.me == root {
 			h.sum = 1

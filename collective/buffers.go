@@ -94,3 +94,20 @@ func newMsg(payload int) []byte {
 	w := make([]uint64, (hdrBytes+payload+7)/8)
 	return bytesOf(w)[:hdrBytes+payload]
 }
+
+// message returns the zeroed buffer for this member's message of the
+// next exchange, hdrBytes+payload bytes. On a flat team it is this
+// member's own slot of the next exchange's parity in its own scratch,
+// which no other member writes (each writes its own slot number), so the
+// message is built where it is sent from and nothing is allocated; it
+// stays valid until the exchange after next. Elsewhere it is Go memory.
+func (c *call) message(payload int) []byte {
+	if !c.g.flat {
+		return newMsg(payload)
+	}
+	k := c.lw[wordSeq] + 1
+	off := c.g.bufOff(int(k%2), c.me)
+	b := c.lb[off : off+hdrBytes+payload]
+	clear(b)
+	return b
+}

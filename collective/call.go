@@ -368,8 +368,7 @@ func (c *call) complete() error {
 // sync is a header-only exchange that also checks agreement: the entry
 // or exit step of the algorithms that touch other members' buffers.
 func (c *call) sync() (header, error) {
-	var b [hdrBytes]byte
-	return c.syncHeader(b[:], c.newHeader(c.desc))
+	return c.syncHeader(c.message(0), c.newHeader(c.desc))
 }
 
 // syncHeader is sync with a header of the caller's (Collect's sums).

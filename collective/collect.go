@@ -64,8 +64,7 @@ func Collect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], n int) (int, er
 		h.minAux, h.sum = uint64(dst.Len()), uint64(n)
 		c.lw[wordCount] = uint64(n) // read by the others until the exit exchange
 	}
-	var b [hdrBytes]byte
-	h, err := c.syncHeader(b[:], h)
+	h, err := c.syncHeader(c.message(0), h)
 	if err != nil {
 		return 0, err
 	}

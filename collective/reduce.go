@@ -71,11 +71,10 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 func reduceRD[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int) error {
 	n, sz := src.Len(), sizeOf[T]()
 	per := c.g.payloadCap() / sz
-	msg := newMsg(min(n, per) * sz)
 	sl, dl := src.Local(), dst.Local()
 	for off := 0; ; off += per {
 		m := min(per, n-off)
-		msg = msg[:hdrBytes+m*sz]
+		msg := c.message(m * sz)
 		c.newHeader(c.desc).put(msg)
 		acc := elems[T](msg[hdrBytes:], m)
 		copy(acc, sl[off:off+m])
