@@ -65,9 +65,10 @@ func (st *stream) applyPut(hdr []byte) error {
 }
 
 // applyGet answers a GET from the segment (frame_get.go). A small reply
-// is copied into the batch with its header (one write(2)); a large one is
-// written from the segment by reference: the kernel reads it during
-// writev, no copy is made.
+// is copied into the batch with its header (one write(2)); a large one,
+// and a small one while the stream's queue holds replyCopyMax copied
+// bytes, is written from the segment by reference: the kernel reads it
+// during writev, no copy is made.
 func (st *stream) applyGet(hdr []byte) error {
 	mem := st.l.m.cfg.Mem
 	h, err := parseGet(hdr)
@@ -78,12 +79,15 @@ func (st *stream) applyGet(hdr []byte) error {
 		return err
 	}
 	st.r += len(hdr)
+	q := st.q
 	return st.reply(func(b *batch) {
 		old := len(b.buf)
 		b.buf = appendGetResp(b.buf, h.id, statusOK, h.n)
-		if h.n <= copyMax {
+		if h.n <= copyMax && q.copied+int(h.n) <= replyCopyMax { // q.mu is held
 			b.buf = appendSegment(b.buf, mem[h.off:h.off+uint64(h.n)])
 			b.addBuf(old)
+			b.copied += int(h.n)
+			q.copied += int(h.n)
 			return
 		}
 		b.addBuf(old)

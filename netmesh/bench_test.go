@@ -262,22 +262,39 @@ func TestHotPathAllocs(t *testing.T) {
 	l := link(t, pes, 0, 1)
 	dst := make([]byte, 8)
 	src := make([]byte, 8)
-	for i := 0; i < 200; i++ { // grow the tables and pools first
-		l.Get(dst, 0)
-		l.Put(0, src)
-		l.Atomic(8, heap.OpFetchAdd, 8, 1, 0)
-		l.PutNBI(0, src)
-		l.Flush()
-	}
-	for name, f := range map[string]func(){
-		"Get":    func() { l.Get(dst, 0) },
-		"Put":    func() { l.Put(0, src) },
-		"Atomic": func() { l.Atomic(8, heap.OpFetchAdd, 8, 1, 0) },
-		"PutNBI": func() { l.PutNBI(0, src) },
-		"Flush":  func() { l.PutNBI(0, src); l.Flush() },
-	} {
-		if n := testing.AllocsPerRun(200, f); n > 0.1 {
-			t.Errorf("%s: %.2f allocations per call", name, n)
+	// Each operation must succeed: an error path (a dead link) allocates
+	// nothing either, and would prove nothing.
+	var failed error
+	check := func(err error) {
+		if err != nil && failed == nil {
+			failed = err
 		}
+	}
+	ops := []struct {
+		name string
+		f    func()
+	}{
+		{"Get", func() { check(l.Get(dst, 0)) }},
+		{"Put", func() { check(l.Put(0, src)) }},
+		{"Atomic", func() { _, err := l.Atomic(8, heap.OpFetchAdd, 8, 1, 0); check(err) }},
+		{"PutNBI", func() { check(l.PutNBI(0, src)) }},
+		{"Flush", func() { check(l.PutNBI(0, src)); check(l.Flush()) }},
+	}
+	for i := 0; i < 200; i++ { // grow the tables and pools first
+		for _, op := range ops {
+			op.f()
+		}
+	}
+	for _, op := range ops {
+		n := testing.AllocsPerRun(200, op.f)
+		if failed != nil {
+			t.Fatalf("%s: %v", op.name, failed)
+		}
+		if n > 0.1 {
+			t.Errorf("%s: %.2f allocations per call", op.name, n)
+		}
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("the link failed during the test: %v", err)
 	}
 }

@@ -130,6 +130,12 @@ const (
 	// (coalesced with other small frames); larger ones are written from
 	// the caller's slice.
 	copyMax = 2 << 10
+	// replyCopyMax bounds the GET reply payload bytes a stream's send
+	// queue holds as copies; past it, small replies are sent from the
+	// segment by reference like large ones, so what a peer's requests
+	// make this side hold is bounded by MaxOutstanding entries, not by
+	// their bytes.
+	replyCopyMax = 16 << 20
 	// queueHigh: a non-blocking caller that finds this many bytes queued
 	// on a stream waits for the queue to be written (back-pressure).
 	queueHigh = 8 << 20

@@ -499,6 +499,11 @@ func (l *Link) Signal(off, v uint64) error {
 // the link before the call, and every reply to a GET or atomic queued
 // before it has arrived. Only streams with something new since their last
 // flush are flushed; with nothing outstanding Flush returns at once.
+//
+// A FLUSH left unanswered for Config.Timeout fails with errs.Timeout and
+// takes the link down (errs.PeerLost) before Flush returns: the
+// non-blocking GETs and fetching atomics it was to complete fail, and no
+// reply is written into their destinations after Flush returned.
 func (l *Link) Flush() error {
 	if err := l.Err(); err != nil {
 		return err
@@ -521,6 +526,7 @@ func (l *Link) Flush() error {
 		}
 		calls[i], marks[i] = c, mark
 	}
+	timedOut := false
 	for i, c := range calls[:len(l.streams)] {
 		if c == nil {
 			continue
@@ -531,13 +537,44 @@ func (l *Link) Flush() error {
 			if first == nil {
 				first = l.waitErr(err, "flush", 0, 0)
 			}
+			timedOut = timedOut || err == errWaitTimeout
 			continue
 		}
 		q := l.streams[i].q
 		for f := q.flushed.Load(); f < marks[i] && !q.flushed.CompareAndSwap(f, marks[i]); f = q.flushed.Load() {
 		}
 	}
+	if timedOut {
+		// The non-blocking GETs and fetching atomics that this Flush was
+		// to complete write into memory the caller owns again once Flush
+		// returns, and their replies may still come. So a peer that leaves
+		// a FLUSH unanswered for Config.Timeout is lost: every pending
+		// call fails, the streams close, and Flush returns only once no
+		// reader is left applying a frame.
+		l.fail(l.lostErr(fmt.Errorf("no FLUSH_REPLY within %v", l.m.cfg.Timeout)), true)
+		l.quiesce()
+	}
 	return first
+}
+
+// quiesce returns once no stream of the failed link has a reader left:
+// every stream ended and nobody holds its read token, so nothing more is
+// applied to the segment or written into a caller's memory. The streams'
+// sockets are closed, so a holder's read fails at once; the wait is
+// bounded all the same (goodbyeWait), so that it cannot hang.
+func (l *Link) quiesce() {
+	deadline := time.Now().Add(goodbyeWait)
+	for _, st := range l.streams {
+		for {
+			st.rmu.Lock()
+			done := st.ended && !st.held
+			st.rmu.Unlock()
+			if done || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Microsecond)
+		}
+	}
 }
 
 // Outstanding reports whether anything was queued on the link since the

@@ -43,13 +43,14 @@ type seg struct {
 }
 
 type batch struct {
-	buf   []byte
-	segs  []seg
-	vecs  [][]byte    // backing store of vec
-	vec   net.Buffers // the batch as iovecs, consumed while it is written
-	bytes int         // bytes in the batch
-	resps int         // responses (GET_RESP, ATOMIC_RESP, FLUSH_REPLY) in it
-	ext   bool        // some piece is a caller's slice
+	buf    []byte
+	segs   []seg
+	vecs   [][]byte    // backing store of vec
+	vec    net.Buffers // the batch as iovecs, consumed while it is written
+	bytes  int         // bytes in the batch
+	resps  int         // responses (GET_RESP, ATOMIC_RESP, FLUSH_REPLY) in it
+	copied int         // GET_RESP payload bytes copied into buf
+	ext    bool        // some piece is a caller's slice
 }
 
 // addBuf records that bytes from old to len(b.buf) were appended to the
@@ -93,7 +94,7 @@ func (b *batch) reset() {
 	clear(b.vecs)
 	b.vecs = b.vecs[:0]
 	b.vec = nil
-	b.bytes, b.resps, b.ext = 0, 0, false
+	b.bytes, b.resps, b.copied, b.ext = 0, 0, 0, false
 }
 
 // write writes what is left of the batch to c, blocking. A batch that is
@@ -154,6 +155,7 @@ type sendQueue struct {
 	err      error      // the first write error; nothing is sent after it
 	shut     bool       // GOODBYE or ERROR queued: nothing more is appended
 	resps    int        // responses queued or being written
+	copied   int        // GET_RESP payload bytes copied into queued batches (replyCopyMax)
 
 	kick     chan struct{} // capacity 1: wakes the writer goroutine
 	activity atomic.Uint64 // batches taken: the watchdog's send clock
@@ -265,6 +267,7 @@ func (q *sendQueue) take() *batch {
 func (q *sendQueue) done(b *batch, err error) {
 	q.written++
 	q.resps -= b.resps
+	q.copied -= b.copied
 	b.reset()
 	q.spare, q.inflight = b, nil
 	if err != nil && q.err == nil {
