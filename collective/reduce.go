@@ -50,15 +50,33 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 		_, err := c.sync()
 		return err
 	}
-	sz := n * sizeOf[T]()
-	switch {
-	case c.useRD(sz, sizeOf[T]()):
+	if c.useRD(n*sizeOf[T](), sizeOf[T]()) {
 		return reduceRD(&c, k, dst, src, op, root)
-	case c.n > 2 && root < 0 && (c.algo == algoRing || c.algo == algoAuto && c.spansHosts()):
+	}
+	// The entry exchange of the large algorithms. Its header's minimum
+	// aux is 1 when no member reduces in place: then the others' dst
+	// may serve as landing space, and every member learns it alike.
+	h := c.newHeader(c.desc)
+	h.minAux = 0
+	if !overlaps(dst, src) {
+		h.minAux = 1
+	}
+	h, err := c.syncHeader(c.message(0), h)
+	if err != nil {
+		return err
+	}
+	apart, far := h.minAux == 1, c.algo == algoAuto && c.spansHosts()
+	switch {
+	case root >= 0:
+	case c.n == 2 && far && apart:
+		return reducePair(&c, k, dst, src, op)
+	case c.n > 2 && far && apart:
+		return reducePushRing(&c, k, dst, src, op)
+	case c.n > 2 && (far || c.algo == algoRing):
 		// Over TCP the ring, where each member talks to its neighbours
 		// only, beats the direct algorithm (4 processes on pretend hosts,
 		// 1 MiB: 2.4 against 3.1 ms); over shared memory it loses.
-		return reduceRing(&c, k, dst, src, op, root)
+		return reduceRing(&c, k, dst, src, op)
 	}
 	return reduceDirect(&c, k, dst, src, op, root)
 }
@@ -128,9 +146,6 @@ func reduceRD[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root 
 // block after it has read that block from everyone; and it folds its
 // own src (the one its own dst aliases) in first.
 func reduceDirect[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int) error {
-	if _, err := c.sync(); err != nil {
-		return err
-	}
 	n := src.Len()
 	lo, hi := partition(n, c.n, c.me)
 	// Chunk me of the members whose heaps are not mapped here, fetched
@@ -224,6 +239,44 @@ func reduceChunk[T shmem.Elem](c *call, k kind, op Op, d []T, src shmem.Sym[T], 
 	return nil
 }
 
+// reducePair is AllReduce on two members on different hosts, with dst
+// and src apart: pushes only, no Get round trips. After the entry
+// exchange each member puts the half of its src that the other reduces
+// (partition) into the other's dst, where that half of the result will
+// be; after a middle exchange it folds its own src into the half that
+// landed in its dst, puts the result into the other's dst, and the exit
+// exchange ends the call. Each half is folded as (other's op mine), the
+// same on both members for the commutative operators.
+func reducePair[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) error {
+	n := src.Len()
+	other := 1 - c.me
+	lo, hi := partition(n, 2, c.me)
+	olo, ohi := partition(n, 2, other)
+	sl, dl := src.Local(), dst.Local()
+	if ohi > olo {
+		if err := shmem.Put(dst.Slice(olo, ohi), sl[olo:ohi], c.world(other)); err != nil {
+			return err
+		}
+	}
+	if err := c.complete(); err != nil {
+		return err
+	}
+	if _, err := c.sync(); err != nil {
+		return err
+	}
+	combine(k, op, dl[lo:hi], dl[lo:hi], sl[lo:hi])
+	if hi > lo {
+		if err := shmem.Put(dst.Slice(lo, hi), dl[lo:hi], c.world(other)); err != nil {
+			return err
+		}
+	}
+	if err := c.complete(); err != nil {
+		return err
+	}
+	_, err := c.sync()
+	return err
+}
+
 // reduceRing is the ring reduce-scatter + allgather of ringStep, for
 // AllReduce on teams of three or more: between the entry and exit
 // exchanges, 2(n-1) steps in each of which a member reads one chunk
@@ -239,15 +292,7 @@ func reduceChunk[T shmem.Elem](c *call, k kind, op Op, d []T, src shmem.Sym[T], 
 // been finished by its owner, which needs this member's own step; in
 // place, the chunk of src a member reads in step 0 (member left-1's) is
 // one its left neighbour writes only in the allgather.
-func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int) error {
-	if root >= 0 {
-		// The ring keeps partial results in every member's dst, which
-		// Reduce must leave alone off the root.
-		return reduceDirect(c, k, dst, src, op, root)
-	}
-	if _, err := c.sync(); err != nil {
-		return err
-	}
+func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) error {
 	n, np := src.Len(), c.n
 	base := c.lw[wordRingSeq]
 	steps := 2 * (np - 1)
@@ -283,6 +328,53 @@ func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, roo
 				return err
 			}
 		}
+	}
+	_, err := c.sync()
+	return err
+}
+
+// reducePushRing is the ring of ringStep with pushes instead of reads,
+// for AllReduce on teams of three or more that span hosts when no member
+// reduces in place: in each step a member puts the chunk it passes on
+// straight into its right neighbour's dst, with the signal in the same
+// PutSignal, so a step costs one one-way transfer, not a Get's round
+// trip. In the reduce-scatter the neighbour folds its src into what
+// landed (other's op mine) and passes that on; in the allgather it only
+// passes it on.
+//
+// A member writes chunk c of its neighbour's dst in reduce-scatter step
+// s, and again in allgather step s+1; in between, the neighbour sent
+// the chunk on, which the chunk's finishing (and so its coming round
+// again) waits for. It writes no other member's buffers.
+func reducePushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) error {
+	n, np := src.Len(), c.n
+	base := c.lw[wordRingSeq]
+	steps := 2 * (np - 1)
+	c.lw[wordRingSeq] = base + uint64(steps)
+	right := c.world((c.me + 1) % np)
+	dl, sl := dst.Local(), src.Local()
+	sig := c.words.Slice(wordRingIn, wordRingIn+1)
+	for s := 0; s < steps; s++ {
+		send, _ := ringStep(np, c.me, s)
+		lo, hi := partition(n, np, send)
+		from := dl[lo:hi]
+		if s == 0 {
+			from = sl[lo:hi]
+		}
+		if err := shmem.PutSignal(dst.Slice(lo, hi), from, sig, base+uint64(s)+1, shmem.SignalSet, right); err != nil {
+			return err
+		}
+		if err := shmem.WaitUntil(c.words, wordRingIn, shmem.CmpGE, base+uint64(s)+1); err != nil {
+			return err
+		}
+		if s < np-1 {
+			_, recv := ringStep(np, c.me, s)
+			rlo, rhi := partition(n, np, recv)
+			combine(k, op, dl[rlo:rhi], dl[rlo:rhi], sl[rlo:rhi])
+		}
+	}
+	if err := c.complete(); err != nil {
+		return err
 	}
 	_, err := c.sync()
 	return err
