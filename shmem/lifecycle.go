@@ -145,8 +145,11 @@ func (pe *PE) Finalize() error {
 	}
 	clean, err := pe.settle(stDraining, stLeaving)
 	if clean {
-		// Nothing else runs on the PE now: its own quiet and barrier.
-		if err = pe.flushAll(); err == nil {
+		// Nothing else runs on the PE now: its own quiet and barrier,
+		// unless the job is broken and the barrier cannot complete.
+		if err = pe.brokenErr(); err != nil {
+			err = fmt.Errorf("shmem: PE %d finalizing: %w", pe.rank, err)
+		} else if err = pe.flushAll(); err == nil {
 			if pe.checked() {
 				err = pe.agree(opFinalize, 0, 0)
 			} else {
@@ -156,6 +159,9 @@ func (pe *PE) Finalize() error {
 		var serr error
 		if clean, serr = pe.settle(stLeaving, stClosed); err == nil {
 			err = serr
+		}
+		if err == nil && pe.job != nil {
+			pe.job.departed(pe.rank)
 		}
 	}
 	if rerr := pe.release(clean); err == nil {

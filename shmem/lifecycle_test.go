@@ -305,3 +305,30 @@ var _ = register("lock-after-timeout", func(pe *shmem.PE) error {
 })
 
 func TestLockAfterTimeout(t *testing.T) { eachTimeout(t, "lock-after-timeout", 2*time.Second, 3) }
+
+// A PE that finalizes while the others are in a barrier (its final
+// barrier pairs with theirs) leaves: their next wait on it ends with
+// ErrPeerLost within 2 s, whatever it is, instead of hanging until the
+// timeout.
+var _ = register("finalize-against-barrier", func(pe *shmem.PE) error {
+	if pe.MyPE() == 0 {
+		return pe.Finalize()
+	}
+	start := time.Now()
+	var err error
+	for i := 0; i < 2 && err == nil; i++ {
+		err = pe.BarrierAll()
+	}
+	if !errors.Is(err, shmem.ErrPeerLost) {
+		return fmt.Errorf("barrier after PE 0 finalized: %v, want ErrPeerLost", err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		return fmt.Errorf("PE %d noticed PE 0's departure after %v", pe.MyPE(), el)
+	}
+	if err := pe.Finalize(); !errors.Is(err, shmem.ErrPeerLost) {
+		return fmt.Errorf("Finalize of a broken job: %v, want ErrPeerLost", err)
+	}
+	return nil
+})
+
+func TestFinalizeAgainstBarrier(t *testing.T) { each(t, "finalize-against-barrier", 3) }

@@ -172,6 +172,27 @@ func (pe *PE) markLost(err error) {
 	pe.poke()
 }
 
+// checkRemoteGone marks the job broken when a remote peer's link is down
+// while this PE still runs. netmesh reports a lost link (OnLost) but not
+// a peer that said goodbye: a peer that finalized while this PE had not
+// begun its own Finalize paired its final barrier with some other
+// collective of this PE (in a correct program every PE is in Finalize
+// by then), and no collective with it can complete. parkUntil calls it
+// when its nap ends; it costs one atomic load per remote peer.
+func (pe *PE) checkRemoteGone() {
+	if !pe.running() || pe.lost.Load() != nil {
+		return
+	}
+	for r := range pe.peers {
+		if l := pe.peers[r].link; l != nil {
+			if err := l.Err(); err != nil {
+				pe.markLost(fmt.Errorf("shmem: PE %d (remote) left while PE %d had not finalized: %v: %w", r, pe.rank, err, ErrPeerLost))
+				return
+			}
+		}
+	}
+}
+
 // brokenErr is the reason the job is broken, or nil.
 func (pe *PE) brokenErr() error {
 	if e := pe.lost.Load(); e != nil {

@@ -198,6 +198,21 @@ func (j *runJob) fail(rank int, err error) {
 	}
 }
 
+// departed is called when PE rank has finalized. A PE that still runs
+// (has not begun its own Finalize) had its barrier pair with rank's final
+// one, a mismatched collective: no collective with rank can complete
+// now, so its waits end with ErrPeerLost. (A PE's Finalize completes only
+// once every PE has entered the final barrier, so in a correct program
+// no PE still runs.) Launched PEs notice the same through the goodbye
+// byte on the liveness link (watch).
+func (j *runJob) departed(rank int) {
+	for _, pe := range j.pes {
+		if pe.rank != rank && pe.running() {
+			pe.markLost(fmt.Errorf("shmem: PE %d finalized while PE %d had not (mismatched collective calls): %w", rank, pe.rank, ErrPeerLost))
+		}
+	}
+}
+
 // globalExit ends the job with code and the calling goroutine.
 func (j *runJob) globalExit(rank, code int) {
 	j.mu.Lock()

@@ -1,6 +1,7 @@
 package shmem
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -128,7 +129,7 @@ func (t *Team) syncLocked() error {
 		to := t.members[(t.me+d)%n]
 		off := heap.FlagOff(t.slot, r)
 		if err := pe.storeWord(to, off, e); err != nil {
-			return err
+			return pe.goneErr(err)
 		}
 		from := t.members[(t.me-d%n+n)%n]
 		if err := pe.await(off, 8, func() bool { return heap.Load64(pe.mem, off) >= e },
@@ -139,6 +140,19 @@ func (t *Team) syncLocked() error {
 		}
 	}
 	return nil
+}
+
+// goneErr turns the error of a barrier signal to a remote peer that
+// said goodbye into the job's error: a barrier with a PE that has
+// finalized while this one runs cannot complete (checkRemoteGone).
+func (pe *PE) goneErr(err error) error {
+	if errors.Is(err, ErrFinalized) && pe.running() {
+		pe.checkRemoteGone()
+		if b := pe.brokenErr(); b != nil {
+			return fmt.Errorf("shmem: PE %d in a barrier: %w", pe.rank, b)
+		}
+	}
+	return err
 }
 
 // The scratch words a member publishes for a team-creating call.

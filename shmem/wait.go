@@ -139,6 +139,7 @@ func (pe *PE) parkUntil(start time.Time, off, n uint64, cond func() bool, what f
 		select {
 		case <-ch:
 		case <-t.C:
+			pe.checkRemoteGone()
 		}
 		if cond() {
 			return nil

@@ -1,0 +1,70 @@
+package heap
+
+import (
+	"encoding/binary"
+	"testing"
+)
+
+// The segment layout is shared between processes of one job (and must
+// match docs/shared-memory.md): every constant is pinned here, and a
+// written header is checked byte by byte.
+func TestLayoutConstants(t *testing.T) {
+	pins := []struct {
+		name      string
+		got, want uint64
+	}{
+		{"HeaderMagic", HeaderMagic, 0x314D454D48534F47},
+		{"LayoutVersion", LayoutVersion, 1},
+		{"HdrMagicOff", HdrMagicOff, 0},
+		{"HdrVersionOff", HdrVersionOff, 8},
+		{"HdrRankOff", HdrRankOff, 12},
+		{"HdrSizeOff", HdrSizeOff, 16},
+		{"HdrHeapOff", HdrHeapOff, 24},
+		{"HdrPidOff", HdrPidOff, 32},
+		{"WakeOff", WakeOff, 64},
+		{"SleepOff", SleepOff, 128},
+		{"AgreeOff", AgreeOff, 192},
+		{"TableOff", TableOff, 256},
+		{"SleepSlots", SleepSlots, 16},
+		{"TeamsOff", TeamsOff, 4096},
+		{"MaxTeams", MaxTeams, 1024},
+		{"TeamSlotSize", TeamSlotSize, 4096},
+		{"MaxRounds", MaxRounds, 32},
+		{"FlagStride", FlagStride, 64},
+		{"TeamScratchOff", TeamScratchOff, 2048},
+		{"TeamScratchLen", TeamScratchLen, 512},
+		{"HeapBase", HeapBase, 4259840},
+		{"FlagOff(3, 5)", FlagOff(3, 5), 4096 + 3*4096 + 5*64},
+		{"ScratchOff(2)", ScratchOff(2), 4096 + 2*4096 + 2048},
+	}
+	for _, p := range pins {
+		if p.got != p.want {
+			t.Errorf("%s = %d, want %d", p.name, p.got, p.want)
+		}
+	}
+	var magic [8]byte
+	binary.LittleEndian.PutUint64(magic[:], HeaderMagic)
+	if string(magic[:]) != "GOSHMEM1" {
+		t.Errorf("HeaderMagic reads %q, want GOSHMEM1", magic[:])
+	}
+	// The sleep table fits between TableOff and the team slots.
+	if TableOff+SleepSlots*8 > TeamsOff || AgreeOff+64 > TableOff {
+		t.Error("reserved words overlap")
+	}
+
+	seg, err := Create(HeapBase + 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	seg.WriteHeader(7, 12345)
+	b := seg.Bytes()
+	le := binary.LittleEndian
+	if string(b[0:8]) != "GOSHMEM1" || le.Uint32(b[8:]) != 1 || le.Uint32(b[12:]) != 7 ||
+		le.Uint64(b[16:]) != uint64(len(b)) || le.Uint64(b[24:]) != HeapBase || le.Uint32(b[32:]) != 12345 {
+		t.Fatalf("header bytes % x", b[:40])
+	}
+	if !seg.CheckHeader(7) || seg.CheckHeader(6) {
+		t.Fatal("CheckHeader")
+	}
+}

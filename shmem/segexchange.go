@@ -1,0 +1,460 @@
+package shmem
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/goshmem/goshmem/heap"
+	"github.com/goshmem/goshmem/internal/boot"
+)
+
+// The same-host segment exchange: one Unix stream connection per pair of
+// same-host PEs, on which each side passes the other its memfd. The
+// higher rank dials the lower rank's abstract socket, whose name the
+// endpoint table (first Allgather) carries. docs/shared-memory.md holds
+// the normative version of this table. Integers are big-endian.
+//
+//	hello, 48 bytes, each way (the dialer's first):
+//	  offset 0   8   magic "GSHMSEG2" (segMagic)
+//	  offset 8   1   protocol version (segVersion), checked right after the magic
+//	  offset 9   3   zero
+//	  offset 12  4   the sender's rank
+//	  offset 16  32  the sender's fresh random nonce
+//	proof, 32 bytes, dialer to acceptor, after both hellos:
+//	  segMAC(key, segLabelProof, acceptor's nonce, dialer's nonce, job id, dialer's rank, acceptor's rank)
+//	acceptor's segment, 32 bytes + one memfd (SCM_RIGHTS), sent only once the proof checked:
+//	  segMAC(key, segLabelAcceptor, dialer's nonce, acceptor's nonce, job id, acceptor's rank, dialer's rank)
+//	dialer's segment, 32 bytes + one memfd, sent only once the acceptor's MAC checked:
+//	  segMAC(key, segLabelDialer, acceptor's nonce, dialer's nonce, job id, dialer's rank, acceptor's rank)
+//	afterwards, the liveness link: one byte segBye ('B') at Finalize, then
+//	  the close. End of file without it means the peer died.
+//
+// segMAC is HMAC-SHA256 over label | first nonce | second nonce | job id |
+// first rank (4 bytes) | second rank (4 bytes). Nonces are fresh per
+// connection and each MAC binds its direction, so no message can be
+// replayed or reflected. Neither side sends its descriptor before the
+// other has proven it holds the job key: a local stranger that connects
+// learns one nonce and nothing else.
+//
+// The acceptor handles every connection in a goroutine of its own with
+// a deadline of segHandshakeTimeout, so a stranger that connects and
+// stays silent holds up nothing; it keeps accepting until every
+// expected peer has completed. The dialer retries (connection refused,
+// or a handshake the acceptor dropped) until the start-up deadline; a
+// bad MAC from the PE it dialed fails Init at once.
+const (
+	segMagic            = "GSHMSEG2"
+	segVersion          = 2
+	segHelloSize        = 48
+	segMACSize          = sha256.Size // 32
+	segBye              = 'B'
+	segHandshakeTimeout = 5 * time.Second
+	segMaxHandshakes    = 16 // connections the acceptor handles at once
+	segMaxRefusedLogs   = 3  // refused connections logged one by one; the rest are counted
+	segLabelProof       = "goshmem-seg2-proof"
+	segLabelAcceptor    = "goshmem-seg2-acceptor"
+	segLabelDialer      = "goshmem-seg2-dialer"
+)
+
+// segHello is one side's hello.
+type segHello struct {
+	version uint8
+	rank    uint32
+	nonce   [32]byte
+}
+
+// appendSegHello appends h's bytes to b.
+func appendSegHello(b []byte, h segHello) []byte {
+	b = append(b, segMagic...)
+	b = append(b, h.version, 0, 0, 0)
+	b = binary.BigEndian.AppendUint32(b, h.rank)
+	return append(b, h.nonce[:]...)
+}
+
+// parseSegHello parses a hello: the magic, then the version, before any
+// other field.
+func parseSegHello(b []byte) (segHello, error) {
+	var h segHello
+	if len(b) != segHelloSize {
+		return h, fmt.Errorf("hello of %d bytes, want %d: %w", len(b), segHelloSize, ErrProtocol)
+	}
+	if !bytes.Equal(b[:8], []byte(segMagic)) {
+		return h, fmt.Errorf("bad hello magic %q: %w", b[:8], ErrProtocol)
+	}
+	if h.version = b[8]; h.version != segVersion {
+		return h, fmt.Errorf("segment exchange version %d, want %d: %w", h.version, segVersion, ErrProtocol)
+	}
+	h.rank = binary.BigEndian.Uint32(b[12:])
+	copy(h.nonce[:], b[16:])
+	return h, nil
+}
+
+func segMAC(key []byte, label string, nonce1, nonce2 []byte, jobID string, rank1, rank2 int) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(label))
+	m.Write(nonce1)
+	m.Write(nonce2)
+	m.Write([]byte(jobID))
+	var r [8]byte
+	binary.BigEndian.PutUint32(r[:4], uint32(rank1))
+	binary.BigEndian.PutUint32(r[4:], uint32(rank2))
+	m.Write(r[:])
+	return m.Sum(nil)
+}
+
+// segConn is one side of one exchange connection.
+type segConn struct {
+	c        *net.UnixConn
+	env      boot.Env
+	me, peer int
+	mine     segHello
+	theirs   segHello
+}
+
+func (sc *segConn) sendHello() error {
+	sc.mine = segHello{version: segVersion, rank: uint32(sc.me)}
+	rand.Read(sc.mine.nonce[:])
+	_, err := sc.c.Write(appendSegHello(nil, sc.mine))
+	return err
+}
+
+func (sc *segConn) readHello() error {
+	var b [segHelloSize]byte
+	if _, err := io.ReadFull(sc.c, b[:]); err != nil {
+		return err
+	}
+	h, err := parseSegHello(b[:])
+	if err != nil {
+		return err
+	}
+	sc.theirs = h
+	return nil
+}
+
+// sendSeg sends this PE's memfd with the MAC for label.
+func (sc *segConn) sendSeg(fd int, label string) error {
+	return heap.SendFD(sc.c, fd, segMAC(sc.env.Key, label, sc.theirs.nonce[:], sc.mine.nonce[:], sc.env.JobID, sc.me, sc.peer))
+}
+
+// recvSeg receives the peer's memfd, checks its MAC for label before
+// anything else, then maps it and checks the header.
+func (sc *segConn) recvSeg(label string, size uint64) (*heap.Segment, error) {
+	buf := make([]byte, 2*segMACSize)
+	fd, n, err := heap.RecvFD(sc.c, buf)
+	if err != nil {
+		return nil, err
+	}
+	want := segMAC(sc.env.Key, label, sc.mine.nonce[:], sc.theirs.nonce[:], sc.env.JobID, sc.peer, sc.me)
+	if n != segMACSize || !hmac.Equal(buf[:n], want) {
+		heap.CloseFD(fd)
+		return nil, fmt.Errorf("shmem: same-host PE %d failed the job-key check: %w", sc.peer, ErrAuth)
+	}
+	seg, err := heap.Map(fd, size)
+	if err != nil {
+		return nil, err
+	}
+	if !seg.CheckHeader(sc.peer) {
+		seg.Close()
+		return nil, fmt.Errorf("shmem: segment from PE %d has a bad header: %w", sc.peer, ErrProtocol)
+	}
+	return seg, nil
+}
+
+// dial is the higher rank's side with PE r.
+func (sc *segConn) dial(fd int, size uint64) (*heap.Segment, error) {
+	if err := sc.sendHello(); err != nil {
+		return nil, err
+	}
+	if err := sc.readHello(); err != nil {
+		return nil, err
+	}
+	if int(sc.theirs.rank) != sc.peer {
+		return nil, fmt.Errorf("hello from rank %d on PE %d's socket: %w", sc.theirs.rank, sc.peer, ErrProtocol)
+	}
+	proof := segMAC(sc.env.Key, segLabelProof, sc.theirs.nonce[:], sc.mine.nonce[:], sc.env.JobID, sc.me, sc.peer)
+	if _, err := sc.c.Write(proof); err != nil {
+		return nil, err
+	}
+	seg, err := sc.recvSeg(segLabelAcceptor, size)
+	if err != nil {
+		return nil, err
+	}
+	if err := sc.sendSeg(fd, segLabelDialer); err != nil {
+		seg.Close()
+		return nil, err
+	}
+	return seg, nil
+}
+
+// accept is the lower rank's side: want says which ranks may connect.
+func (sc *segConn) accept(fd int, want func(int) bool, size func(int) uint64) (*heap.Segment, error) {
+	if err := sc.readHello(); err != nil {
+		return nil, err
+	}
+	r := int(sc.theirs.rank)
+	if r < 0 || !want(r) {
+		return nil, fmt.Errorf("hello from rank %d, which is not a same-host peer still expected: %w", sc.theirs.rank, ErrProtocol)
+	}
+	sc.peer = r
+	if err := sc.sendHello(); err != nil {
+		return nil, err
+	}
+	var proof [segMACSize]byte
+	if _, err := io.ReadFull(sc.c, proof[:]); err != nil {
+		return nil, err
+	}
+	if !hmac.Equal(proof[:], segMAC(sc.env.Key, segLabelProof, sc.mine.nonce[:], sc.theirs.nonce[:], sc.env.JobID, r, sc.me)) {
+		return nil, fmt.Errorf("connection claiming to be PE %d failed the job-key check: %w", r, ErrAuth)
+	}
+	if err := sc.sendSeg(fd, segLabelAcceptor); err != nil {
+		return nil, err
+	}
+	return sc.recvSeg(segLabelDialer, size(r))
+}
+
+// exchangeSegments maps every same-host peer's segment: it dials the
+// lower ranks and accepts the higher ones, all at once, within ctx.
+func (pe *PE) exchangeSegments(ctx context.Context, env boot.Env, eps []endpoint) error {
+	deadline, _ := ctx.Deadline()
+	var lower, higher []int
+	for r := range eps {
+		if r == pe.rank || eps[r].Host != pe.host {
+			continue
+		}
+		if r < pe.rank {
+			lower = append(lower, r)
+		} else {
+			higher = append(higher, r)
+		}
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, len(lower)+1)
+	var mu sync.Mutex // guards pe.peers[*].{mem,seg,conn,wake} while the exchanges run
+	setPeer := func(r int, c *net.UnixConn, seg *heap.Segment) {
+		mu.Lock()
+		defer mu.Unlock()
+		p := &pe.peers[r]
+		p.conn, p.seg, p.mem = c, seg, seg.Bytes()
+		p.wake = heap.Ptr32(p.mem, heap.WakeOff)
+	}
+	for _, r := range lower {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, seg, err := pe.dialSeg(ctx, env, r, eps[r], deadline)
+			if err != nil {
+				errc <- err
+				return
+			}
+			setPeer(r, c, seg)
+		}()
+	}
+	if len(higher) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := pe.acceptSegs(ctx, env, eps, higher, setPeer); err != nil {
+				errc <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		return err
+	}
+	return nil
+}
+
+// dialSeg connects to lower-ranked PE r and runs the dialer's side,
+// retrying until the deadline unless PE r fails the key check.
+func (pe *PE) dialSeg(ctx context.Context, env boot.Env, r int, ep endpoint, deadline time.Time) (*net.UnixConn, *heap.Segment, error) {
+	var last error
+	for ctx.Err() == nil {
+		d := net.Dialer{Deadline: deadline}
+		c, err := d.DialContext(ctx, "unix", ep.Sock)
+		if err != nil {
+			last = err
+			time.Sleep(5 * time.Millisecond) // PE r is not listening yet
+			continue
+		}
+		uc := c.(*net.UnixConn)
+		uc.SetDeadline(deadline)
+		sc := &segConn{c: uc, env: env, me: pe.rank, peer: r}
+		seg, err := sc.dial(pe.seg.FD(), ep.SegSize)
+		if err == nil {
+			uc.SetDeadline(time.Time{})
+			return uc, seg, nil
+		}
+		uc.Close()
+		if errors.Is(err, ErrAuth) || errors.Is(err, ErrProtocol) {
+			return nil, nil, fmt.Errorf("shmem: PE %d exchanging segments with same-host PE %d: %w", pe.rank, r, err)
+		}
+		last = err // dropped by the acceptor (its handshake deadline): again
+	}
+	return nil, nil, fmt.Errorf("shmem: PE %d dialing same-host PE %d: %v: %w", pe.rank, r, last, ErrTimeout)
+}
+
+// acceptSegs accepts the higher-ranked same-host PEs in ranks. Each
+// connection gets its own goroutine and a segHandshakeTimeout deadline;
+// refused ones are logged (the first few) and dropped.
+func (pe *PE) acceptSegs(ctx context.Context, env boot.Env, eps []endpoint, ranks []int,
+	setPeer func(int, *net.UnixConn, *heap.Segment)) error {
+	deadline, _ := ctx.Deadline()
+	var mu sync.Mutex // guards want, refused, active
+	want := make(map[int]bool, len(ranks))
+	active := map[*net.UnixConn]bool{} // handshakes in flight
+	stopped := false                   // the exchange is over: cut every handshake
+	for _, r := range ranks {
+		want[r] = true
+	}
+	refused := 0
+	done := make(chan struct{}) // closed when every expected PE is in, or on failure
+	var doneOnce sync.Once
+	finish := func() { doneOnce.Do(func() { close(done) }) }
+	slots := make(chan struct{}, segMaxHandshakes)
+	var hs sync.WaitGroup
+	handle := func(c *net.UnixConn) {
+		defer hs.Done()
+		defer func() { <-slots }()
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			c.Close()
+			return
+		}
+		active[c] = true
+		hd := time.Now().Add(segHandshakeTimeout)
+		if deadline.Before(hd) {
+			hd = deadline
+		}
+		c.SetDeadline(hd)
+		mu.Unlock()
+		sc := &segConn{c: c, env: env, me: pe.rank, peer: -1}
+		seg, err := sc.accept(pe.seg.FD(), func(r int) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return r < len(eps) && want[r]
+		}, func(r int) uint64 { return eps[r].SegSize })
+		mu.Lock()
+		delete(active, c)
+		if err == nil && !want[sc.peer] {
+			err = fmt.Errorf("PE %d completed twice: %w", sc.peer, ErrProtocol)
+		}
+		if err != nil {
+			refused++
+			if refused <= segMaxRefusedLogs {
+				fmt.Fprintf(os.Stderr, "goshmem: PE %d: refused a same-host connection: %v\n", pe.rank, err)
+			}
+			mu.Unlock()
+			if seg != nil {
+				seg.Close()
+			}
+			c.Close()
+			return
+		}
+		delete(want, sc.peer)
+		left := len(want)
+		mu.Unlock()
+		c.SetDeadline(time.Time{})
+		setPeer(sc.peer, c, seg)
+		if left == 0 {
+			finish()
+		}
+	}
+	acceptErr := make(chan error, 1)
+	var loop sync.WaitGroup
+	loop.Add(1)
+	go func() {
+		defer loop.Done()
+		for {
+			select {
+			case slots <- struct{}{}:
+			case <-done:
+				return
+			}
+			c, err := pe.unixLn.AcceptUnix()
+			if err != nil {
+				<-slots
+				acceptErr <- err
+				return
+			}
+			hs.Add(1)
+			go handle(c)
+		}
+	}()
+	var err error
+	select {
+	case <-done:
+	case err = <-acceptErr:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	finish()
+	// Stop the accept loop, cut the handshakes still in flight (none is
+	// an expected peer's now), and let their goroutines end.
+	pe.unixLn.SetDeadline(time.Now())
+	loop.Wait()
+	pe.unixLn.SetDeadline(time.Time{})
+	mu.Lock()
+	stopped = true
+	for c := range active {
+		c.SetDeadline(time.Now())
+	}
+	mu.Unlock()
+	hs.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if refused > segMaxRefusedLogs {
+		fmt.Fprintf(os.Stderr, "goshmem: PE %d: refused %d same-host connections in all\n", pe.rank, refused)
+	}
+	if len(want) > 0 {
+		return fmt.Errorf("shmem: PE %d waiting for same-host PEs %v: %v: %w", pe.rank, keys(want), err, ErrTimeout)
+	}
+	return nil
+}
+
+func keys(m map[int]bool) []int {
+	var k []int
+	for r := range m {
+		k = append(k, r)
+	}
+	return k
+}
+
+// watch reads a same-host peer's liveness link. A goodbye byte marks a
+// clean departure; end of file or an error without one means the peer
+// died. A peer that says goodbye while this PE still runs (has not begun
+// its own Finalize) finalized against some other collective call of
+// this PE: no collective with it can complete, so the job is broken.
+func (pe *PE) watch(p *peer, c *net.UnixConn) {
+	var b [1]byte
+	for {
+		n, err := c.Read(b[:])
+		if n == 1 && b[0] == segBye {
+			p.departed.Store(true)
+			if pe.running() {
+				pe.markLost(fmt.Errorf("shmem: PE %d (same host) finalized while PE %d had not (mismatched collective calls): %w",
+					p.rank, pe.rank, ErrPeerLost))
+			}
+			continue
+		}
+		if err != nil {
+			if !p.departed.Load() && pe.running() && !errors.Is(err, net.ErrClosed) {
+				pe.markLost(fmt.Errorf("shmem: PE %d (pid %d, same host) died: %w", p.rank, p.pid, ErrPeerLost))
+			}
+			return
+		}
+	}
+}
