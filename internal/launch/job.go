@@ -208,6 +208,7 @@ type pe struct {
 	exited  bool          // reaped; its pid may be reused, so no more signals
 	spared  bool          // asked for GlobalExit: not sent SIGTERM
 	lostBye bool          // its boot connection dropped without Bye
+	joined  bool          // it joined the boot server at least once
 }
 
 type exitReport struct {
@@ -306,6 +307,11 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 		forwarded = -1 // exit code of a PE killed by the signal we forwarded
 		done      = ctx.Done()
 		timers    []*time.Timer
+		// nojoin is a PE that exited 0 without ever joining (-1: none).
+		// Init is collective, so once any PE has joined, the others
+		// wait for it in the bootstrap: the job cannot complete.
+		nojoin = -1
+		joined bool // some PE joined
 	)
 	after := func(d time.Duration) <-chan time.Time {
 		t := time.NewTimer(d)
@@ -337,6 +343,12 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 		}
 		p := r.pes[ev.Rank]
 		switch ev.Kind {
+		case boot.EventJoined:
+			p.joined, joined = true, true
+			if nojoin >= 0 {
+				r.logf("PE %d exited with status 0 without joining the job, and PE %d joined it", nojoin, ev.Rank)
+				end(CodeFailure, nil, -1)
+			}
 		case boot.EventExit:
 			if ev.Code != 0 {
 				r.logf("PE %d called global exit with code %d", ev.Rank, ev.Code)
@@ -396,6 +408,11 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 			case p.lostBye:
 				r.logf("PE %d exited with status 0 without closing its connection to the launcher", rep.rank)
 				end(CodeFailure, nil, -1)
+			case !p.joined && joined:
+				r.logf("PE %d exited with status 0 without joining the job, which other PEs joined", rep.rank)
+				end(CodeFailure, nil, -1)
+			case !p.joined && nojoin < 0:
+				nojoin = rep.rank
 			}
 		case ev, ok := <-events:
 			if !ok {

@@ -187,6 +187,23 @@ func TestExitWithoutBye(t *testing.T) {
 	}
 }
 
+// A PE that exits 0 without joining, in a job whose other PEs joined,
+// ends the job at once: they wait for it in the bootstrap otherwise (the
+// test PEs' own bound is 60 s). Both orders: the deserter exits before
+// or after the others join.
+func TestExitWithoutJoining(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		start := time.Now()
+		r := run(t, &Job{N: n}, "1=nojoin,*=ok")
+		if r.code != CodeFailure || !strings.Contains(r.stderr, "PE 1 exited with status 0 without joining the job") {
+			t.Fatal(r)
+		}
+		if el := time.Since(start); el > 10*time.Second {
+			t.Fatalf("%d PEs: the job took %v to end", n, el)
+		}
+	}
+}
+
 func TestTagOutput(t *testing.T) {
 	r := run(t, &Job{N: 2, TagOutput: true}, "*=print")
 	if r.code != 0 {

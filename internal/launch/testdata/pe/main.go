@@ -47,6 +47,9 @@ func main() {
 		fail("environment: ok=%v %v", ok, err)
 	}
 	mode := modeFor(env.Rank)
+	if mode == "nojoin" {
+		os.Exit(0) // never dials the boot server
+	}
 	if mode == "termok" {
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGTERM)
