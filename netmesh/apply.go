@@ -3,7 +3,6 @@ package netmesh
 import (
 	"fmt"
 
-	"github.com/goshmem/goshmem/heap"
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
@@ -139,8 +138,8 @@ func (st *stream) applyAtomic(hdr []byte) error {
 		return err
 	}
 	st.r += len(hdr)
-	old := heap.AtomicAt(mem, h.off, int(h.width), h.op, h.v, h.cond)
-	if h.op != heap.OpFetch {
+	old := st.l.m.cfg.Atomics.Atomic(h.off, int(h.width), h.op, h.v, h.cond)
+	if h.op != OpFetch {
 		st.notify(h.off, uint64(h.width))
 	}
 	if h.id == 0 {
@@ -199,11 +198,11 @@ func (st *stream) applyPutSignal(hdr []byte) error {
 		}
 		st.notify(h.off, uint64(h.n))
 	}
-	op := heap.OpSet
+	op := OpSet
 	if h.sigOp == signalAdd {
-		op = heap.OpFetchAdd
+		op = OpFetchAdd
 	}
-	heap.AtomicAt(mem, h.sigOff, 8, op, h.sigV, 0)
+	st.l.m.cfg.Atomics.Atomic(h.sigOff, 8, op, h.sigV, 0)
 	st.notify(h.sigOff, 8)
 	return nil
 }

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/goshmem/goshmem/heap"
 )
 
 // Each benchmark measures the machine's own limit on the same path in the
@@ -180,7 +178,7 @@ func BenchmarkGet8(b *testing.B) {
 // ping-pong, interleaved (target <= 1.2).
 func BenchmarkFetchAdd8(b *testing.B) {
 	latencyBench(b, func(l *Link) error {
-		_, err := l.Atomic(8, heap.OpFetchAdd, 0, 1, 0)
+		_, err := l.Atomic(8, OpFetchAdd, 0, 1, 0)
 		return err
 	})
 }
@@ -197,7 +195,7 @@ func BenchmarkGet8BusyPoll(b *testing.B) {
 // on both PEs.
 func BenchmarkFetchAdd8BusyPoll(b *testing.B) {
 	latencyBenchMode(b, true, func(l *Link) error {
-		_, err := l.Atomic(8, heap.OpFetchAdd, 0, 1, 0)
+		_, err := l.Atomic(8, OpFetchAdd, 0, 1, 0)
 		return err
 	})
 }
@@ -276,7 +274,7 @@ func TestHotPathAllocs(t *testing.T) {
 	}{
 		{"Get", func() { check(l.Get(dst, 0)) }},
 		{"Put", func() { check(l.Put(0, src)) }},
-		{"Atomic", func() { _, err := l.Atomic(8, heap.OpFetchAdd, 8, 1, 0); check(err) }},
+		{"Atomic", func() { _, err := l.Atomic(8, OpFetchAdd, 8, 1, 0); check(err) }},
 		{"PutNBI", func() { check(l.PutNBI(0, src)) }},
 		{"Flush", func() { check(l.PutNBI(0, src)); check(l.Flush()) }},
 	}

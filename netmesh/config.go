@@ -20,6 +20,10 @@ type Config struct {
 	// stay valid until Close returns.
 	Mem []byte
 
+	// Atomics applies ATOMIC and PUT_SIGNAL operations to Mem, with the
+	// same hardware atomics that same-host PEs use on it. Required.
+	Atomics Atomics
+
 	// Notify, if not nil, is called after an incoming write (a PUT
 	// payload, a modifying atomic, a put-with-signal's data and then its
 	// signal word) was applied to Mem, with the range written, by the
@@ -104,6 +108,8 @@ func (c *Config) normalize() error {
 		return bad("job key of %d bytes, want at least 16", len(c.Key))
 	case len(c.Mem) > 0 && !aligned(c.Mem, memAlign):
 		return bad("segment not aligned to %d bytes", memAlign)
+	case c.Atomics == nil:
+		return bad("no Atomics for the segment")
 	case c.Listen == "":
 		return bad("empty listen address")
 	case c.Timeout < 0 || c.Heartbeat < 0 || c.Misses < 0 || c.SockBuf < 0:

@@ -80,14 +80,14 @@ func TestConst(t *testing.T) {
 		{"refuseMalformed", refuseMalformed, 8},
 
 		// The atomic op codes travel in ATOMIC frames.
-		{"OpFetch", int(heap.OpFetch), 0x01},
-		{"OpSet", int(heap.OpSet), 0x02},
-		{"OpSwap", int(heap.OpSwap), 0x03},
-		{"OpCSwap", int(heap.OpCSwap), 0x04},
-		{"OpFetchAdd", int(heap.OpFetchAdd), 0x05},
-		{"OpFetchAnd", int(heap.OpFetchAnd), 0x06},
-		{"OpFetchOr", int(heap.OpFetchOr), 0x07},
-		{"OpFetchXor", int(heap.OpFetchXor), 0x08},
+		{"OpFetch", int(OpFetch), 0x01},
+		{"OpSet", int(OpSet), 0x02},
+		{"OpSwap", int(OpSwap), 0x03},
+		{"OpCSwap", int(OpCSwap), 0x04},
+		{"OpFetchAdd", int(OpFetchAdd), 0x05},
+		{"OpFetchAnd", int(OpFetchAnd), 0x06},
+		{"OpFetchOr", int(OpFetchOr), 0x07},
+		{"OpFetchXor", int(OpFetchXor), 0x08},
 	}
 	for _, p := range pins {
 		if p.got != p.want {
@@ -141,6 +141,23 @@ func TestConst(t *testing.T) {
 	for ty := 0; ty < 256; ty++ {
 		if n := hdrLen(byte(ty)); n > maxHdrLen {
 			t.Errorf("type %#x header %d > maxHdrLen", ty, n)
+		}
+	}
+}
+
+// The test PEs' Atomics (heapAtomics) convert an op by a cast, so the
+// wire's op codes and heap's must be the same numbers. shmem does not
+// rely on it: it maps each op by name.
+func TestOpCodesMatchHeap(t *testing.T) {
+	for _, p := range []struct {
+		wire AtomicOp
+		heap heap.AtomicOp
+	}{
+		{OpFetch, heap.OpFetch}, {OpSet, heap.OpSet}, {OpSwap, heap.OpSwap}, {OpCSwap, heap.OpCSwap},
+		{OpFetchAdd, heap.OpFetchAdd}, {OpFetchAnd, heap.OpFetchAnd}, {OpFetchOr, heap.OpFetchOr}, {OpFetchXor, heap.OpFetchXor},
+	} {
+		if byte(p.wire) != byte(p.heap) {
+			t.Errorf("%v is 0x%02x on the wire and 0x%02x in heap", p.wire, byte(p.wire), byte(p.heap))
 		}
 	}
 }

@@ -18,10 +18,11 @@
 // carries the byte table of the frames it encodes. Per connection,
 // frames are applied in order by whoever holds the connection's read
 // token: PUT payloads are read from the socket into the segment, GETs are
-// answered from the segment, atomics use heap.AtomicAt on the segment,
-// the same hardware atomics the same-host path uses, so both are coherent
-// on one word. The send side (writer.go) coalesces small frames from many
-// goroutines into one write and sends large payloads from the caller's
+// answered from the segment, atomics use Config.Atomics on the segment,
+// which its owner wires to the same hardware atomics the same-host path
+// uses, so both are coherent on one word (netmesh does not import heap).
+// The send side (writer.go) coalesces small frames from many goroutines
+// into one write and sends large payloads from the caller's
 // slice without copying. With Config.Streams > 1, large PUTs and GETs are
 // striped over several connections per pair.
 //

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goshmem/goshmem/heap"
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
@@ -59,11 +58,11 @@ func TestMaliciousFrames(t *testing.T) {
 		{"put of zero bytes", appendPut(nil, 0, 0), codeLength},
 		{"get past the end", appendGet(nil, 1, mem-8, 16), codeBounds},
 		{"get longer than MaxPayload", appendGet(nil, 1, 0, MaxPayload+1), codeLength},
-		{"atomic past the end", appendAtomic(nil, 1, byte(heap.OpFetchAdd), 8, mem, 1, 0), codeBounds},
-		{"atomic unaligned", appendAtomic(nil, 1, byte(heap.OpFetchAdd), 8, 4, 1, 0), codeAtomic},
+		{"atomic past the end", appendAtomic(nil, 1, byte(OpFetchAdd), 8, mem, 1, 0), codeBounds},
+		{"atomic unaligned", appendAtomic(nil, 1, byte(OpFetchAdd), 8, 4, 1, 0), codeAtomic},
 		{"atomic bad op", appendAtomic(nil, 1, 0x09, 8, 0, 1, 0), codeAtomic},
-		{"atomic bad width", appendAtomic(nil, 1, byte(heap.OpSet), 2, 0, 1, 0), codeAtomic},
-		{"atomic 4-byte with a 64-bit operand", appendAtomic(nil, 0, byte(heap.OpSet), 4, 0, 1<<40, 0), codeAtomic},
+		{"atomic bad width", appendAtomic(nil, 1, byte(OpSet), 2, 0, 1, 0), codeAtomic},
+		{"atomic 4-byte with a 64-bit operand", appendAtomic(nil, 0, byte(OpSet), 4, 0, 1<<40, 0), codeAtomic},
 		{"put-signal with the signal past the end", withPayload(appendPutSignal(nil, 0, 64, mem, signalSet, 1), payload), codeBounds},
 		{"put-signal with the data past the end", withPayload(appendPutSignal(nil, mem-8, 64, 0, signalAdd, 1), payload), codeBounds},
 		{"put-signal with a bad op", withPayload(appendPutSignal(nil, 0, 64, 0, 3, 1), payload), codeMalformed},
@@ -92,7 +91,7 @@ func TestMaliciousFrames(t *testing.T) {
 			if !errors.Is(err, errs.Protocol) || !errors.Is(err, errs.PeerLost) || !strings.Contains(err.Error(), "PE 0") {
 				t.Fatalf("link error %v: want errs.Protocol and errs.PeerLost naming PE 0", err)
 			}
-			if _, err := l.Atomic(8, heap.OpFetch, 0, 0, 0); !errors.Is(err, errs.PeerLost) {
+			if _, err := l.Atomic(8, OpFetch, 0, 0, 0); !errors.Is(err, errs.PeerLost) {
 				t.Fatalf("operation after the violation: %v", err)
 			}
 			p.m.Close()
@@ -131,7 +130,7 @@ func TestRepliesOutOfOrder(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		old, err := l.Atomic(8, heap.OpFetchAdd, 64, 1, 0)
+		old, err := l.Atomic(8, OpFetchAdd, 64, 1, 0)
 		if err == nil && old != 4242 {
 			err = fmt.Errorf("atomic: old %d", old)
 		}
@@ -191,7 +190,7 @@ func TestBlockingTimeoutKeepsLink(t *testing.T) {
 	r.send(append(appendGetResp(nil, f.ID, statusOK, 16), bytes.Repeat([]byte{9}, 16)...))
 	done := make(chan error, 1)
 	go func() {
-		_, err := l.Atomic(8, heap.OpFetch, 0, 0, 0)
+		_, err := l.Atomic(8, OpFetch, 0, 0, 0)
 		done <- err
 	}()
 	f, err = r.readUntil(typeAtomic, 2*time.Second)
@@ -277,7 +276,7 @@ func TestGoodbyeAndCut(t *testing.T) {
 		if !errors.Is(err, errs.Finalized) || errors.Is(err, errs.PeerLost) {
 			t.Fatalf("after the peer's goodbye: %v", err)
 		}
-		if _, err := l.Atomic(8, heap.OpFetch, 0, 0, 0); !errors.Is(err, errs.Finalized) {
+		if _, err := l.Atomic(8, OpFetch, 0, 0, 0); !errors.Is(err, errs.Finalized) {
 			t.Fatalf("atomic after goodbye: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -515,7 +514,7 @@ func TestNoLeaks(t *testing.T) {
 }
 
 func TestConfigChecks(t *testing.T) {
-	good := Config{Rank: 0, Size: 2, JobID: "j", Key: testKey, Mem: make([]byte, 64), Listen: "127.0.0.1:0"}
+	good := Config{Rank: 0, Size: 2, JobID: "j", Key: testKey, Mem: make([]byte, 64), Atomics: heapAtomics(make([]byte, 64)), Listen: "127.0.0.1:0"}
 	for name, edit := range map[string]func(*Config){
 		"size 0":          func(c *Config) { c.Size = 0 },
 		"rank past size":  func(c *Config) { c.Rank = 2 },
@@ -523,6 +522,7 @@ func TestConfigChecks(t *testing.T) {
 		"long job":        func(c *Config) { c.JobID = strings.Repeat("x", 256) },
 		"short key":       func(c *Config) { c.Key = []byte("short") },
 		"unaligned mem":   func(c *Config) { c.Mem = c.Mem[1:] },
+		"no atomics":      func(c *Config) { c.Atomics = nil },
 		"no listen":       func(c *Config) { c.Listen = "" },
 		"negative":        func(c *Config) { c.Timeout = -1 },
 		"too many stream": func(c *Config) { c.Streams = maxStreams + 1 },

@@ -161,7 +161,7 @@ type Frame struct {
 	ID      uint32
 	Off     uint64
 	Len     uint32 // payload or request length
-	Op      byte   // ATOMIC: heap.AtomicOp; PUT_SIGNAL: signalSet/signalAdd
+	Op      byte   // ATOMIC: AtomicOp; PUT_SIGNAL: signalSet/signalAdd
 	Width   byte
 	V, Cond uint64 // ATOMIC operands; PUT_SIGNAL: V is the signal value
 	SigOff  uint64

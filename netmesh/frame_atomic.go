@@ -1,15 +1,15 @@
 package netmesh
 
-import "github.com/goshmem/goshmem/heap"
+import "fmt"
 
 // ATOMIC (0x04): apply Op to the Width-byte word at Off of the
-// receiver's segment, with heap.AtomicAt (the same hardware atomics the
+// receiver's segment, with Config.Atomics (the same hardware atomics the
 // same-host path uses).
 //
 //	offset  width  byte order  meaning
 //	0       1      -           Version (0x01)
 //	1       1      -           type 0x04
-//	2       1      -           Op: heap.AtomicOp, 0x01 fetch .. 0x08 fetch-xor
+//	2       1      -           Op: AtomicOp, 0x01 fetch .. 0x08 fetch-xor
 //	3       1      -           Width: 4 or 8
 //	4       4      LE uint32   ID: 0 = no reply wanted; else answered by ATOMIC_RESP
 //	8       8      LE uint64   Off: a multiple of Width
@@ -27,9 +27,61 @@ import "github.com/goshmem/goshmem/heap"
 //	8       8      LE uint64   Old: the word before the op (zero-extended at Width 4;
 //	                           0 for set)
 
+// AtomicOp is an ATOMIC frame's operation (its Op byte). The values are
+// the wire's, pinned by TestConst.
+type AtomicOp uint8
+
+// The operations. A fetching op returns the word as it was before.
+const (
+	OpFetch    AtomicOp = 0x01 // return the word
+	OpSet      AtomicOp = 0x02 // store V
+	OpSwap     AtomicOp = 0x03 // store V, return the old word
+	OpCSwap    AtomicOp = 0x04 // if word == Cond store V; return the old word
+	OpFetchAdd AtomicOp = 0x05 // add V, return the old word
+	OpFetchAnd AtomicOp = 0x06 // and V, return the old word
+	OpFetchOr  AtomicOp = 0x07 // or V, return the old word
+	OpFetchXor AtomicOp = 0x08 // xor V, return the old word
+)
+
+// Valid reports whether op is one of the defined operations.
+func (op AtomicOp) Valid() bool { return op >= OpFetch && op <= OpFetchXor }
+
+func (op AtomicOp) String() string {
+	switch op {
+	case OpFetch:
+		return "fetch"
+	case OpSet:
+		return "set"
+	case OpSwap:
+		return "swap"
+	case OpCSwap:
+		return "compare-swap"
+	case OpFetchAdd:
+		return "fetch-add"
+	case OpFetchAnd:
+		return "fetch-and"
+	case OpFetchOr:
+		return "fetch-or"
+	case OpFetchXor:
+		return "fetch-xor"
+	}
+	return fmt.Sprintf("op 0x%02x", byte(op))
+}
+
+// Atomics applies ATOMIC and PUT_SIGNAL operations to the segment
+// (Config.Atomics). Same-host PEs change the same words with hardware
+// atomics, so a remote op must use the very same ones: the mesh's owner
+// supplies them (shmem wires the heap's).
+type Atomics interface {
+	// Atomic applies op to the width-byte word (4 or 8, aligned) at off
+	// of the segment and returns the word before it (zero-extended at
+	// width 4; 0 for OpSet). off, width and op were checked.
+	Atomic(off uint64, width int, op AtomicOp, v, cond uint64) uint64
+}
+
 type atomicHdr struct {
 	id     uint32
-	op     heap.AtomicOp
+	op     AtomicOp
 	width  byte
 	off    uint64
 	v      uint64
@@ -56,7 +108,7 @@ func parseAtomic(b []byte) (atomicHdr, error) {
 		return atomicHdr{}, err
 	}
 	return atomicHdr{
-		op:    heap.AtomicOp(b[2]),
+		op:    AtomicOp(b[2]),
 		width: b[3],
 		id:    le.Uint32(b[4:8]),
 		off:   le.Uint64(b[8:16]),

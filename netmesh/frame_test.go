@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/goshmem/goshmem/heap"
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
@@ -18,8 +17,8 @@ func sampleFrames() []Frame {
 		{Type: typeGet, ID: 0x11223344, Off: 4096, Len: 8},
 		{Type: typeGetResp, ID: 7, Status: statusOK, Len: 2, Payload: []byte{1, 2}},
 		{Type: typeGetResp, ID: 8, Status: 0x01},
-		{Type: typeAtomic, ID: 9, Op: byte(heap.OpCSwap), Width: 8, Off: 64, V: 5, Cond: 6},
-		{Type: typeAtomic, ID: 0, Op: byte(heap.OpFetchAdd), Width: 4, Off: 68, V: 1},
+		{Type: typeAtomic, ID: 9, Op: byte(OpCSwap), Width: 8, Off: 64, V: 5, Cond: 6},
+		{Type: typeAtomic, ID: 0, Op: byte(OpFetchAdd), Width: 4, Off: 68, V: 1},
 		{Type: typeAtomicResp, ID: 9, Status: statusOK, Old: 0xDEADBEEF},
 		{Type: typePutSignal, Off: 128, Len: 1, SigOff: 8, Op: signalAdd, V: 1, Payload: []byte{0x5A}},
 		{Type: typePutSignal, Off: 0, SigOff: 16, Op: signalSet, V: 42},
@@ -141,14 +140,14 @@ func TestValidate(t *testing.T) {
 	if err := checkGet(getHdr{id: 1, off: 1, n: size}, size); !errors.Is(err, errs.Protocol) {
 		t.Error(err)
 	}
-	ok := atomicHdr{op: heap.OpFetchAdd, width: 8, off: size - 8}
+	ok := atomicHdr{op: OpFetchAdd, width: 8, off: size - 8}
 	if err := checkAtomic(ok, size); err != nil {
 		t.Error(err)
 	}
 	for _, h := range []atomicHdr{
-		{op: 0, width: 8}, {op: 9, width: 8}, {op: heap.OpSet, width: 2},
-		{op: heap.OpSet, width: 8, off: 4}, {op: heap.OpSet, width: 8, off: size},
-		{op: heap.OpSet, width: 4, v: 1 << 32}, {op: heap.OpFetchAdd, width: 8, cond: 1},
+		{op: 0, width: 8}, {op: 9, width: 8}, {op: OpSet, width: 2},
+		{op: OpSet, width: 8, off: 4}, {op: OpSet, width: 8, off: size},
+		{op: OpSet, width: 4, v: 1 << 32}, {op: OpFetchAdd, width: 8, cond: 1},
 	} {
 		if err := checkAtomic(h, size); !errors.Is(err, errs.Protocol) {
 			t.Errorf("atomic %+v: %v", h, err)
@@ -196,7 +195,7 @@ func FuzzFrame(f *testing.F) {
 		case typeGet:
 			checkGet(getHdr{id: fr.ID, off: fr.Off, n: fr.Len}, 1<<16)
 		case typeAtomic:
-			checkAtomic(atomicHdr{op: heap.AtomicOp(fr.Op), width: fr.Width, off: fr.Off, v: fr.V, cond: fr.Cond}, 1<<16)
+			checkAtomic(atomicHdr{op: AtomicOp(fr.Op), width: fr.Width, off: fr.Off, v: fr.V, cond: fr.Cond}, 1<<16)
 		case typePutSignal:
 			checkPutSignal(putSignalHdr{off: fr.Off, n: fr.Len, sigOff: fr.SigOff, sigOp: fr.Op, sigV: fr.V}, 1<<16)
 		}

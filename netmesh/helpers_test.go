@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/goshmem/goshmem/heap"
 )
 
 var testKey = []byte("0123456789abcdef0123456789abcdef")
@@ -70,7 +72,7 @@ func newPE(t testing.TB, rank, size, memSize int, host string, edit func(*Config
 	t.Helper()
 	p := &tpe{mem: make([]byte, memSize), lost: make(map[int][]error), logs: &testLog{}}
 	cfg := Config{
-		Rank: rank, Size: size, JobID: testJob, Key: testKey, Mem: p.mem,
+		Rank: rank, Size: size, JobID: testJob, Key: testKey, Mem: p.mem, Atomics: heapAtomics(p.mem),
 		Notify:    func(off, n uint64) { p.applied.Add(1) },
 		Listen:    net.JoinHostPort(host, "0"),
 		Timeout:   20 * time.Second,
@@ -198,4 +200,14 @@ func spinMode(busy bool) SpinMode {
 		return SpinOn
 	}
 	return SpinOff
+}
+
+// heapAtomics applies a test PE's atomics with heap's, as shmem wires
+// them for a real PE. The op codes are the same numbers in both packages
+// (TestOpCodesMatchHeap), so the conversion is a cast here; shmem maps
+// them one by one.
+type heapAtomics []byte
+
+func (m heapAtomics) Atomic(off uint64, width int, op AtomicOp, v, cond uint64) uint64 {
+	return heap.AtomicAt(m, off, width, heap.AtomicOp(op), v, cond)
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goshmem/goshmem/heap"
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
@@ -53,7 +52,7 @@ func TestLeadersAndFollowers(t *testing.T) {
 									return
 								}
 							case 1:
-								if _, err := l.Atomic(8, heap.OpFetchAdd, 0, 1, 0); err != nil {
+								if _, err := l.Atomic(8, OpFetchAdd, 0, 1, 0); err != nil {
 									errc <- err
 									return
 								}
@@ -79,7 +78,7 @@ func TestLeadersAndFollowers(t *testing.T) {
 			const adds = workers * ((rounds + 1) / 3)
 			for side, p := range pes {
 				p.sync()
-				got, err := link(t, pes, 1-side, side).Atomic(8, heap.OpFetch, 0, 0, 0)
+				got, err := link(t, pes, 1-side, side).Atomic(8, OpFetch, 0, 0, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -126,7 +125,7 @@ func TestTimeoutsOfLeaderAndFollowers(t *testing.T) {
 			// The link works: answer the next request, whatever came before.
 			done := make(chan error, 1)
 			go func() {
-				old, err := l.Atomic(8, heap.OpFetch, 0, 0, 0)
+				old, err := l.Atomic(8, OpFetch, 0, 0, 0)
 				if err == nil && old != 77 {
 					err = fmt.Errorf("old %d", old)
 				}

@@ -9,7 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goshmem/goshmem/heap"
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
@@ -400,7 +399,7 @@ func (l *Link) waitErr(err error, what string, n int, off uint64) error {
 // checkAtomic checks an atomic's arguments and returns the operands as
 // they go on the wire (cut to 32 bits at width 4; cond only for
 // compare-swap).
-func (l *Link) checkAtomic(width int, op heap.AtomicOp, off, v, cond uint64) (uint64, uint64, error) {
+func (l *Link) checkAtomic(width int, op AtomicOp, off, v, cond uint64) (uint64, uint64, error) {
 	switch {
 	case !op.Valid():
 		return 0, 0, fmt.Errorf("netmesh: atomic op 0x%02x: %w", byte(op), errs.Invalid)
@@ -415,7 +414,7 @@ func (l *Link) checkAtomic(width int, op heap.AtomicOp, off, v, cond uint64) (ui
 	if !inBounds(off, uint64(width), l.peerMem) {
 		return 0, 0, fmt.Errorf("netmesh: atomic %s of width %d at offset %d on PE %d: past its %d-byte segment: %w", op, width, off, l.rank, l.peerMem, errs.OutOfBounds)
 	}
-	if op != heap.OpCSwap {
+	if op != OpCSwap {
 		cond = 0
 	}
 	if width == 4 {
@@ -428,7 +427,7 @@ func (l *Link) checkAtomic(width int, op heap.AtomicOp, off, v, cond uint64) (ui
 // segment and returns the old value (zero-extended at width 4; 0 for
 // set). cond is the compare value of compare-swap. It returns when the
 // peer has applied it.
-func (l *Link) Atomic(width int, op heap.AtomicOp, off, v, cond uint64) (uint64, error) {
+func (l *Link) Atomic(width int, op AtomicOp, off, v, cond uint64) (uint64, error) {
 	v, cond, err := l.checkAtomic(width, op, off, v, cond)
 	if err != nil {
 		return 0, err
@@ -450,7 +449,7 @@ func (l *Link) Atomic(width int, op heap.AtomicOp, off, v, cond uint64) (uint64,
 // AtomicNBI is Atomic without waiting. A fetching op stores the old value
 // in *dst, valid after the next Flush; with dst nil the old value is not
 // sent back at all.
-func (l *Link) AtomicNBI(width int, op heap.AtomicOp, off, v, cond uint64, dst *uint64) error {
+func (l *Link) AtomicNBI(width int, op AtomicOp, off, v, cond uint64, dst *uint64) error {
 	v, cond, err := l.checkAtomic(width, op, off, v, cond)
 	if err != nil {
 		return err
@@ -481,7 +480,7 @@ func (l *Link) AtomicNBI(width int, op heap.AtomicOp, off, v, cond uint64, dst *
 // though like every frame it is applied after what was queued before it
 // on stream 0.
 func (l *Link) Signal(off, v uint64) error {
-	if _, _, err := l.checkAtomic(8, heap.OpSet, off, v, 0); err != nil {
+	if _, _, err := l.checkAtomic(8, OpSet, off, v, 0); err != nil {
 		return err
 	}
 	q := l.streams[0].q
@@ -490,7 +489,7 @@ func (l *Link) Signal(off, v uint64) error {
 		return l.opErr(err)
 	}
 	old := len(b.buf)
-	b.buf = appendAtomic(b.buf, 0, byte(heap.OpSet), 8, off, v, 0)
+	b.buf = appendAtomic(b.buf, 0, byte(OpSet), 8, off, v, 0)
 	b.addBuf(old)
 	return l.opErr(q.commit(sendNow, false))
 }

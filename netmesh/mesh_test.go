@@ -99,16 +99,16 @@ func TestOutOfBoundsRefusedLocally(t *testing.T) {
 	if err := l.Get(make([]byte, 8), 1<<16); !errors.Is(err, errs.OutOfBounds) {
 		t.Fatalf("get past the end: %v", err)
 	}
-	if _, err := l.Atomic(8, heap.OpFetch, 1<<16, 0, 0); !errors.Is(err, errs.OutOfBounds) {
+	if _, err := l.Atomic(8, OpFetch, 1<<16, 0, 0); !errors.Is(err, errs.OutOfBounds) {
 		t.Fatalf("atomic past the end: %v", err)
 	}
-	if _, err := l.Atomic(8, heap.OpFetch, 4, 0, 0); !errors.Is(err, errs.Invalid) {
+	if _, err := l.Atomic(8, OpFetch, 4, 0, 0); !errors.Is(err, errs.Invalid) {
 		t.Fatalf("unaligned atomic: %v", err)
 	}
-	if _, err := l.Atomic(2, heap.OpFetch, 0, 0, 0); !errors.Is(err, errs.Invalid) {
+	if _, err := l.Atomic(2, OpFetch, 0, 0, 0); !errors.Is(err, errs.Invalid) {
 		t.Fatalf("width 2: %v", err)
 	}
-	if _, err := l.Atomic(8, heap.AtomicOp(9), 0, 0, 0); !errors.Is(err, errs.Invalid) {
+	if _, err := l.Atomic(8, AtomicOp(9), 0, 0, 0); !errors.Is(err, errs.Invalid) {
 		t.Fatalf("op 9: %v", err)
 	}
 	if err := l.PutSignal(0, nil, 4, false, 1); !errors.Is(err, errs.Invalid) {
@@ -124,7 +124,7 @@ func TestAtomicOps(t *testing.T) {
 	l := link(t, pes, 0, 1)
 	const word = 1024
 	type step struct {
-		op        heap.AtomicOp
+		op        AtomicOp
 		v, cond   uint64
 		old, want uint64 // old returned, word after
 	}
@@ -135,35 +135,35 @@ func TestAtomicOps(t *testing.T) {
 		}
 		start := uint64(0xF0F0_1234_5678_9ABC) & mask
 		steps := []step{
-			{heap.OpFetch, 0, 0, start, start},
-			{heap.OpSet, 7, 0, 0, 7},
-			{heap.OpSwap, 11, 0, 7, 11},
-			{heap.OpCSwap, 99, 10, 11, 11}, // cond does not match: unchanged
-			{heap.OpCSwap, 99, 11, 11, 99},
-			{heap.OpFetchAdd, 1, 0, 99, 100},
-			{heap.OpFetchAdd, mask, 0, 100, 99}, // adding -1
-			{heap.OpFetchAnd, 0x0F, 0, 99, 99 & 0x0F},
-			{heap.OpFetchOr, 0xF0, 0, 3, 0xF3},
-			{heap.OpFetchXor, 0xFF, 0, 0xF3, 0x0C},
-			{heap.OpFetchAdd, mask, 0, 0x0C, 0x0B},
+			{OpFetch, 0, 0, start, start},
+			{OpSet, 7, 0, 0, 7},
+			{OpSwap, 11, 0, 7, 11},
+			{OpCSwap, 99, 10, 11, 11}, // cond does not match: unchanged
+			{OpCSwap, 99, 11, 11, 99},
+			{OpFetchAdd, 1, 0, 99, 100},
+			{OpFetchAdd, mask, 0, 100, 99}, // adding -1
+			{OpFetchAnd, 0x0F, 0, 99, 99 & 0x0F},
+			{OpFetchOr, 0xF0, 0, 3, 0xF3},
+			{OpFetchXor, 0xFF, 0, 0xF3, 0x0C},
+			{OpFetchAdd, mask, 0, 0x0C, 0x0B},
 		}
 		off := uint64(word + 8*width)
-		heap.AtomicAt(pes[1].mem, off, width, heap.OpSet, start, 0)
+		heapAtomics(pes[1].mem).Atomic(off, width, OpSet, start, 0)
 		for i, s := range steps {
 			old, err := l.Atomic(width, s.op, off, s.v, s.cond)
 			if err != nil {
 				t.Fatalf("width %d step %d %s: %v", width, i, s.op, err)
 			}
-			if s.op != heap.OpSet && old != s.old&mask {
+			if s.op != OpSet && old != s.old&mask {
 				t.Fatalf("width %d step %d %s: old %#x, want %#x", width, i, s.op, old, s.old&mask)
 			}
-			got := heap.AtomicAt(pes[1].mem, off, width, heap.OpFetch, 0, 0)
+			got := heapAtomics(pes[1].mem).Atomic(off, width, OpFetch, 0, 0)
 			if got != s.want&mask {
 				t.Fatalf("width %d step %d %s: word %#x, want %#x", width, i, s.op, got, s.want&mask)
 			}
 		}
 		// The neighbours of a 4-byte word are untouched.
-		if width == 4 && (heap.Load64(pes[1].mem, off-8) != 0 || heap.AtomicAt(pes[1].mem, off+4, 4, heap.OpFetch, 0, 0) != 0) {
+		if width == 4 && (heap.Load64(pes[1].mem, off-8) != 0 || heapAtomics(pes[1].mem).Atomic(off+4, 4, OpFetch, 0, 0) != 0) {
 			t.Fatal("a 4-byte atomic touched its neighbours")
 		}
 	}
@@ -181,11 +181,11 @@ func TestConcurrentAtomicsExact(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; i < per; i++ {
-					if _, err := l.Atomic(8, heap.OpFetchAdd, off, 3, 0); err != nil {
+					if _, err := l.Atomic(8, OpFetchAdd, off, 3, 0); err != nil {
 						errc <- err
 						return
 					}
-					if _, err := l.Atomic(4, heap.OpFetchAdd, off+8, 1, 0); err != nil {
+					if _, err := l.Atomic(4, OpFetchAdd, off+8, 1, 0); err != nil {
 						errc <- err
 						return
 					}
@@ -200,7 +200,7 @@ func TestConcurrentAtomicsExact(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < per; i++ {
-				heap.AtomicAt(pes[0].mem, off, 8, heap.OpFetchAdd, 5, 0)
+				heapAtomics(pes[0].mem).Atomic(off, 8, OpFetchAdd, 5, 0)
 			}
 		}()
 	}
@@ -213,7 +213,7 @@ func TestConcurrentAtomicsExact(t *testing.T) {
 	if got := heap.Load64(pes[0].mem, off); got != want {
 		t.Fatalf("8-byte total %d, want %d", got, want)
 	}
-	if got := heap.AtomicAt(pes[0].mem, off+8, 4, heap.OpFetch, 0, 0); got != 2*goroutines*per {
+	if got := heapAtomics(pes[0].mem).Atomic(off+8, 4, OpFetch, 0, 0); got != 2*goroutines*per {
 		t.Fatalf("4-byte total %d, want %d", got, 2*goroutines*per)
 	}
 }
@@ -300,7 +300,7 @@ func TestFlushSemantics(t *testing.T) {
 				t.Fatal(err)
 			}
 			var old uint64 = 12345
-			if err := l.AtomicNBI(8, heap.OpFetchAdd, 4<<20, 5, 0, &old); err != nil {
+			if err := l.AtomicNBI(8, OpFetchAdd, 4<<20, 5, 0, &old); err != nil {
 				t.Fatal(err)
 			}
 			dst := make([]byte, 512<<10)
@@ -353,7 +353,7 @@ func TestManyOutstandingNBI(t *testing.T) {
 		if i%2 == 0 {
 			dst = &olds[i/2]
 		}
-		if err := l.AtomicNBI(8, heap.OpFetchAdd, ctr, 1, 0, dst); err != nil {
+		if err := l.AtomicNBI(8, OpFetchAdd, ctr, 1, 0, dst); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -404,7 +404,7 @@ func TestConcurrentGets(t *testing.T) {
 						var err error
 						if i%3 == 0 {
 							var old uint64
-							old, err = l.Atomic(8, heap.OpFetch, uint64(off)&^7, 0, 0)
+							old, err = l.Atomic(8, OpFetch, uint64(off)&^7, 0, 0)
 							if err == nil && old != le.Uint64(want[off&^7:]) {
 								err = fmt.Errorf("fetch at %d: %#x", off&^7, old)
 							}
@@ -449,7 +449,7 @@ func TestFourPEsAllPairs(t *testing.T) {
 					errc <- err
 					return
 				}
-				if _, err := l.Atomic(8, heap.OpFetchAdd, 0, 1, 0); err != nil {
+				if _, err := l.Atomic(8, OpFetchAdd, 0, 1, 0); err != nil {
 					errc <- err
 					return
 				}

@@ -27,7 +27,7 @@ func TestBenchPeerProcess(t *testing.T) {
 	}
 	mem := make([]byte, 8<<20)
 	busy := os.Getenv(peerEnv) == "busy"
-	m, err := Listen(Config{Rank: 1, Size: 2, JobID: testJob, Key: testKey, Mem: mem, Listen: "127.0.0.1:0", Spin: spinMode(busy)})
+	m, err := Listen(Config{Rank: 1, Size: 2, JobID: testJob, Key: testKey, Mem: mem, Atomics: heapAtomics(mem), Listen: "127.0.0.1:0", Spin: spinMode(busy)})
 	if err != nil {
 		t.Fatal(err)
 	}

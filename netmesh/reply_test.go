@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goshmem/goshmem/heap"
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
@@ -29,7 +28,7 @@ func TestReplyCopiesBounded(t *testing.T) {
 	}
 	// A fetch-add that asks for no reply, after the GETs: once Notify saw
 	// it, every GET was applied (frames are applied in order).
-	reqs = appendAtomic(reqs, 0, byte(heap.OpFetchAdd), 8, mem-8, 1, 0)
+	reqs = appendAtomic(reqs, 0, byte(OpFetchAdd), 8, mem-8, 1, 0)
 	r.send(reqs)
 	deadline := time.Now().Add(20 * time.Second)
 	for p.applied.Load() == 0 {

@@ -5,8 +5,6 @@ import (
 	"io"
 	"testing"
 	"time"
-
-	"github.com/goshmem/goshmem/heap"
 )
 
 // The real decoder (serve and the per-type apply functions, fed through
@@ -25,7 +23,7 @@ func FuzzServe(f *testing.F) {
 	}
 	f.Add(all)
 	f.Add(append(encode(Frame{Type: typePut, Off: 100, Payload: bytes.Repeat([]byte{7}, 300)}),
-		encode(Frame{Type: typeAtomic, Op: byte(heap.OpFetchAdd), Width: 8, Off: 64, V: 3})...))
+		encode(Frame{Type: typeAtomic, Op: byte(OpFetchAdd), Width: 8, Off: 64, V: 3})...))
 	f.Add(encode(Frame{Type: typePut, Off: 1<<16 - 2, Payload: []byte{1, 2, 3}})) // past the segment
 	f.Fuzz(func(t *testing.T, in []byte) {
 		const size = 1 << 16
@@ -95,11 +93,11 @@ func modelApply(mem, b []byte) {
 				return
 			}
 			rest = rest[n:]
-			op := heap.OpSet
+			op := OpSet
 			if h.sigOp == signalAdd {
-				op = heap.OpFetchAdd
+				op = OpFetchAdd
 			}
-			heap.AtomicAt(mem, h.sigOff, 8, op, h.sigV, 0)
+			heapAtomics(mem).Atomic(h.sigOff, 8, op, h.sigV, 0)
 		case typeGet:
 			h, err := parseGet(hdr)
 			if err == nil {
@@ -116,7 +114,7 @@ func modelApply(mem, b []byte) {
 			if err != nil {
 				return
 			}
-			heap.AtomicAt(mem, h.off, int(h.width), h.op, h.v, h.cond)
+			heapAtomics(mem).Atomic(h.off, int(h.width), h.op, h.v, h.cond)
 		case typeGetResp:
 			h, err := parseGetResp(hdr)
 			if err != nil || len(rest) < int(h.n) {

@@ -1,7 +1,5 @@
 package netmesh
 
-import "github.com/goshmem/goshmem/heap"
-
 // Judging parsed frames against this PE's segment. A parser has already
 // checked that the bytes are well-formed; these checks decide whether the
 // request may touch memory. They run before any payload byte is read, so a
@@ -38,7 +36,7 @@ func checkAtomic(h atomicHdr, size uint64) error {
 		return malformed(codeAtomic, "ATOMIC %s of width %d at unaligned offset %d", h.op, h.width, h.off)
 	case h.width == 4 && (h.v>>32 != 0 || h.cond>>32 != 0):
 		return malformed(codeAtomic, "ATOMIC %s of width 4 with operands past 32 bits", h.op)
-	case h.op != heap.OpCSwap && h.cond != 0:
+	case h.op != OpCSwap && h.cond != 0:
 		return malformed(codeAtomic, "ATOMIC %s with a compare value", h.op)
 	}
 	return checkRange("ATOMIC", h.off, uint64(h.width), size)

@@ -142,7 +142,7 @@ func (pe *PE) startMesh(jobID string, key []byte, listen string) error {
 	m, err := netmesh.Listen(netmesh.Config{
 		Streams: streams, SockBuf: sockbuf, Heartbeat: heartbeat,
 		Spin: spin, InProcess: pe.job != nil,
-		Rank: pe.rank, Size: pe.npes, JobID: jobID, Key: key, Mem: pe.mem,
+		Rank: pe.rank, Size: pe.npes, JobID: jobID, Key: key, Mem: pe.mem, Atomics: segAtomics(pe.mem),
 		Notify:  func(off, n uint64) { pe.notify(self, off, n) },
 		Listen:  listen,
 		Timeout: pe.cfg.Timeout,
@@ -186,7 +186,7 @@ func (pe *PE) connectMesh(ctx context.Context, addrs []string) error {
 		if l == nil {
 			return fmt.Errorf("shmem: PE %d has no link to PE %d after connecting: %w", pe.rank, r, ErrPeerLost)
 		}
-		pe.peers[r].link = l
+		pe.peers[r].link = tcpLink{l}
 		pe.peers[r].addr = peers[r] // the address it listens on
 	}
 	pe.mesh.SetOversubscribed(onThisMachine(pe, addrs) > runtime.NumCPU())
@@ -256,4 +256,54 @@ func thunderboltBridge(ip net.IP) bool {
 		}
 	}
 	return false
+}
+
+// segAtomics applies the mesh's ATOMIC and PUT_SIGNAL operations to this
+// PE's segment with heap's atomics, the ones same-host PEs use on the
+// same words, so that both routes are coherent on one word.
+type segAtomics []byte
+
+func (m segAtomics) Atomic(off uint64, width int, op netmesh.AtomicOp, v, cond uint64) uint64 {
+	return heap.AtomicAt(m, off, width, heapOp(op), v, cond)
+}
+
+// tcpLink is the route to a PE on another host: a netmesh link, whose
+// atomics take the wire's op codes.
+type tcpLink struct{ *netmesh.Link }
+
+func (l tcpLink) Atomic(width int, op heap.AtomicOp, off, v, cond uint64) (uint64, error) {
+	return l.Link.Atomic(width, wireOp(op), off, v, cond)
+}
+
+func (l tcpLink) AtomicNBI(width int, op heap.AtomicOp, off, v, cond uint64, dst *uint64) error {
+	return l.Link.AtomicNBI(width, wireOp(op), off, v, cond, dst)
+}
+
+// The atomic operations of heap and of the wire, mapped by name (an
+// unknown op maps to 0, which both refuse).
+var opPairs = [...]struct {
+	heap heap.AtomicOp
+	wire netmesh.AtomicOp
+}{
+	{heap.OpFetch, netmesh.OpFetch}, {heap.OpSet, netmesh.OpSet}, {heap.OpSwap, netmesh.OpSwap},
+	{heap.OpCSwap, netmesh.OpCSwap}, {heap.OpFetchAdd, netmesh.OpFetchAdd}, {heap.OpFetchAnd, netmesh.OpFetchAnd},
+	{heap.OpFetchOr, netmesh.OpFetchOr}, {heap.OpFetchXor, netmesh.OpFetchXor},
+}
+
+func wireOp(op heap.AtomicOp) netmesh.AtomicOp {
+	for _, p := range opPairs {
+		if p.heap == op {
+			return p.wire
+		}
+	}
+	return 0
+}
+
+func heapOp(op netmesh.AtomicOp) heap.AtomicOp {
+	for _, p := range opPairs {
+		if p.wire == op {
+			return p.heap
+		}
+	}
+	return 0
 }

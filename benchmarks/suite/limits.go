@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/benchmarks/report"
-	"github.com/goshmem/goshmem/heap"
 	"github.com/goshmem/goshmem/netmesh"
 	"github.com/goshmem/goshmem/shmem"
 )
@@ -36,7 +35,7 @@ const (
 // the stream, and the header of a PutSignal (its payload follows).
 var (
 	putFrameBytes       = len(netmesh.AppendFrame(nil, &netmesh.Frame{Type: 0x01, Payload: make([]byte, 8)}))
-	atomicFrameBytes    = len(netmesh.AppendFrame(nil, &netmesh.Frame{Type: 0x04, Op: byte(heap.OpFetchAdd), Width: 8}))
+	atomicFrameBytes    = len(netmesh.AppendFrame(nil, &netmesh.Frame{Type: 0x04, Op: byte(netmesh.OpFetchAdd), Width: 8}))
 	putSignalHeaderSize = len(netmesh.AppendFrame(nil, &netmesh.Frame{Type: 0x06, Op: 1}))
 )
 
