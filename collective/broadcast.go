@@ -39,12 +39,12 @@ func Broadcast[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], root int) err
 	return broadcastDirect(&c, dst, src, root)
 }
 
-// broadcastRD sends the root's data through recursive doubling over the
-// scratch: a message's header sum is 1 when its payload holds the data,
-// and a member without the data takes it from the first message that
-// has it. log2(n) message times, like a binomial tree, with no entry
-// handshake: no member writes another's dst. Longer vectors go in
-// pieces, as in reduceRD.
+// broadcastRD sends the root's data through the team's scratch: a
+// message's header sum is 1 when its payload holds the data, and a
+// member without the data takes it from the first message that has it
+// (on a flat team, the root's own; with recursive doubling, log2(n)
+// message times, like a binomial tree). No entry handshake: no member
+// writes another's dst. Longer vectors go in pieces, as in reduceRD.
 func broadcastRD[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) error {
 	n, sz := src.Len(), sizeOf[T]()
 	per := c.g.payloadCap() / sz

@@ -81,10 +81,12 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	return reduceDirect(&c, k, dst, src, op, root)
 }
 
-// reduceRD is recursive doubling over the team's scratch: every member
-// sends its partial result to its round-r partner, whose buffer it never
-// reads; the result lands in this member's dst only. A vector longer
-// than one message (payloadCap bytes) goes in pieces, one exchange each
+// reduceRD reduces through the team's scratch, one exchange per piece:
+// on a flat team every member sends its src to every other and folds all
+// of them in rank order; on a larger team recursive doubling folds a
+// partner's partial result in each round. No member touches another's
+// buffers, and the result lands in this member's dst only. A vector
+// longer than one message (payloadCap bytes) goes in pieces
 // (GOSHMEM_COLLECTIVE_ALGO=rd); the first exchange decides the verdict.
 func reduceRD[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int) error {
 	n, sz := src.Len(), sizeOf[T]()
@@ -108,9 +110,9 @@ func reduceRD[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root 
 				return err
 			}
 		}
-		if root >= 0 && c.me != root {
-			// nothing to keep
-		} else if c.g.flat && c.n > 1 {
+		switch {
+		case root >= 0 && c.me != root: // Reduce: only the root keeps the result
+		case c.g.flat && c.n > 1:
 			// Fold in rank order, so every member computes the same bits.
 			d := dl[off : off+m]
 			at := func(j int) []T {
@@ -123,7 +125,7 @@ func reduceRD[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root 
 			for j := 2; j < c.n; j++ {
 				combine(k, op, d, d, at(j))
 			}
-		} else {
+		default:
 			copy(dl[off:off+m], acc)
 		}
 		if off+m >= n {
