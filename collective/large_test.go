@@ -9,8 +9,9 @@ import (
 
 // Vectors of 100,003 elements (an odd length, not a multiple of any team
 // size) through the large-vector algorithms: AllReduce and Reduce of a
-// float and an integer type, Broadcast, InScan, FCollect and AllToAll,
-// on the world and on a team with a negative stride.
+// float, a signed, an unsigned and a complex type, Broadcast, the scans,
+// FCollect and AllToAll, on the world and on a team with a negative
+// stride.
 const largeN = 100003
 
 var _ = register("large", func(pe *shmem.PE) error {
@@ -20,6 +21,14 @@ var _ = register("large", func(pe *shmem.PE) error {
 		return err
 	}
 	bi, err := newBufs[int32](pe, largeN+1)
+	if err != nil {
+		return err
+	}
+	bu, err := newBufs[uint16](pe, largeN+1)
+	if err != nil {
+		return err
+	}
+	bc, err := newBufs[complex64](pe, largeN+1)
 	if err != nil {
 		return err
 	}
@@ -43,6 +52,15 @@ var _ = register("large", func(pe *shmem.PE) error {
 		}
 		if err := checkReduce(t, bi, largeN, Prod, 0, false, s); err != nil {
 			return fmt.Errorf("team %d: Reduce(Prod) int32: %w", ti, err)
+		}
+		if err := checkReduce(t, bu, largeN, Min, -1, false, s); err != nil {
+			return fmt.Errorf("team %d: AllReduce(Min) uint16: %w", ti, err)
+		}
+		if err := checkReduce(t, bc, largeN, Prod, -1, false, s); err != nil {
+			return fmt.Errorf("team %d: AllReduce(Prod) complex64: %w", ti, err)
+		}
+		if err := checkScan(t, bf, largeN, Max, false, true, s); err != nil {
+			return fmt.Errorf("team %d: ExScan(Max) float64 in place: %w", ti, err)
 		}
 		if err := checkBroadcast(t, bf, largeN, 1%np, false, s); err != nil {
 			return fmt.Errorf("team %d: Broadcast: %w", ti, err)
