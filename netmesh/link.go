@@ -235,6 +235,62 @@ func (l *Link) putOn(st *stream, off uint64, src []byte, mode int, wait bool) (u
 	return seq, l.opErr(q.commit(mode, wait))
 }
 
+// stridedBatch bounds the bytes of PUT frames PutStrided queues before it
+// commits them (one write when nobody else is writing).
+const stridedBatch = 64 << 10
+
+// PutStrided writes n elements of width bytes (1..copyMax): element k is
+// src[k*srcStride*width:][:width] and goes to off+k*dstStride*width of
+// the peer's segment (strides in elements, at least 1). It is Put for a
+// strided pattern (shmem's IPut): the elements are copied into PUT frames
+// that leave together, about stridedBatch bytes per write, instead of one
+// write each, and it returns when src may be reused. Every element's
+// range is checked before anything is queued.
+func (l *Link) PutStrided(off uint64, dstStride int, src []byte, srcStride, width, n int) error {
+	switch {
+	case n == 0:
+		return nil
+	case n < 0 || width < 1 || width > copyMax || dstStride < 1 || srcStride < 1:
+		return fmt.Errorf("netmesh: strided put of %d elements of %d bytes, strides %d and %d: %w", n, width, dstStride, srcStride, errs.Invalid)
+	}
+	// Both extents without overflow: a stride is compared with the space
+	// before it is multiplied (width is at most copyMax).
+	srcOK := len(src) >= width && (n == 1 || (srcStride <= len(src) &&
+		uint64(n-1) <= uint64(len(src)-width)/(uint64(srcStride)*uint64(width))))
+	if !srcOK {
+		return fmt.Errorf("netmesh: strided put of %d elements of %d bytes with stride %d from a %d-byte source: %w", n, width, srcStride, len(src), errs.OutOfBounds)
+	}
+	span := uint64(dstStride) * uint64(width)
+	dstOK := uint64(width) <= l.peerMem && (n == 1 || (uint64(dstStride) <= l.peerMem &&
+		uint64(n-1) <= (l.peerMem-uint64(width))/span))
+	if !dstOK {
+		return fmt.Errorf("netmesh: strided put of %d elements of %d bytes with stride %d at offset %d on PE %d: past its %d-byte segment: %w", n, width, dstStride, off, l.rank, l.peerMem, errs.OutOfBounds)
+	}
+	if err := l.checkRange("strided put", off, int(span*uint64(n-1))+width); err != nil {
+		return err
+	}
+	q := l.streams[0].q
+	for k := 0; k < n; {
+		b, err := q.open()
+		if err != nil {
+			return l.opErr(err)
+		}
+		start := len(b.buf)
+		for ; k < n && len(b.buf)-start < stridedBatch; k++ {
+			old := len(b.buf)
+			b.buf = appendPut(b.buf, off+uint64(k)*span, uint32(width))
+			e := k * srcStride * width
+			b.buf = append(b.buf, src[e:e+width]...)
+			b.addBuf(old)
+			q.sent.Add(1)
+		}
+		if err := l.opErr(q.commit(sendNow, false)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // PutSignal writes src at off and then updates the 8-byte signal word at
 // sigOff of the peer's segment (adds v when add is set, else stores v).
 // The peer applies the data before the signal. It returns when src may be

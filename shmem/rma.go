@@ -168,15 +168,9 @@ func IPut[T Elem](dst Sym[T], dstStride int, src []T, srcStride, n, target int) 
 		return nil
 	}
 	if p.mem == nil {
-		// One small put per element: the link coalesces them into few
-		// writes, and src may be reused as soon as each is queued.
-		sz := uint64(sizeOf[T]())
-		for k := 0; k < n; k++ {
-			if err := p.link.Put(off+uint64(k*dstStride)*sz, asBytes(src[k*srcStride:k*srcStride+1])); err != nil {
-				return err
-			}
-		}
-		return nil
+		// One PUT frame per element, copied and written together (a few
+		// writes per 64 KiB of frames), so src may be reused at once.
+		return p.link.PutStrided(off, dstStride, asBytes(src), srcStride, sizeOf[T](), n)
 	}
 	d := viewAs[T](p.mem, off, ext)
 	for k := 0; k < n; k++ {

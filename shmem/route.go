@@ -43,6 +43,7 @@ func (pe *PE) storeWord(target int, off uint64, v uint64) error {
 type remoteLink interface {
 	Put(off uint64, src []byte) error
 	PutNBI(off uint64, src []byte) error
+	PutStrided(off uint64, dstStride int, src []byte, srcStride, width, n int) error
 	Get(dst []byte, off uint64) error
 	GetNBI(dst []byte, off uint64) error
 	Atomic(width int, op heap.AtomicOp, off, v, cond uint64) (uint64, error)
