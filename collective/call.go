@@ -51,8 +51,8 @@ func (c *call) begin(t *shmem.Team) error {
 func (c *call) end() { c.t.EndCollective() }
 
 // useRD says whether a vector of size bytes of elemSize-byte elements
-// goes by recursive doubling: under auto when it fits one message, under
-// rd whenever one element fits (in pieces).
+// goes through the scratch (reduceRD, broadcastRD): under auto when it
+// fits one message, under rd whenever one element fits (in pieces).
 func (c *call) useRD(size, elemSize int) bool {
 	switch c.algo {
 	case algoAuto:
@@ -77,10 +77,10 @@ func (c *call) world(j int) int { return c.t.WorldPE(j) }
 type algo uint8
 
 const (
-	algoAuto   algo = iota // by size: recursive doubling when the vector fits the scratch
-	algoRD                 // recursive doubling at every size, in pieces of one message
-	algoDirect             // never recursive doubling: reduce-scatter + allgather by direct reads
-	algoRing               // ring reduce-scatter + allgather for Reduce and AllReduce
+	algoAuto   algo = iota // by size: through the scratch when the vector fits one message
+	algoRD                 // through the scratch at every size, in pieces of one message
+	algoDirect             // never through the scratch: direct reads and writes of the buffers
+	algoRing               // as direct, with AllReduce by the ring (teams of 3 or more)
 )
 
 const envAlgo = "GOSHMEM_COLLECTIVE_ALGO"

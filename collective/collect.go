@@ -91,7 +91,8 @@ func Collect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], n int) (int, er
 
 // pushAll puts v into dst[off:off+len(v)] on every member, this one
 // included, starting with the right-hand neighbour so that no member is
-// written by all at once, and completes the puts.
+// written by all at once, and completes them for the exit exchange
+// (complete).
 func pushAll[T shmem.Elem](c *call, dst shmem.Sym[T], v []T, off int) error {
 	d := dst.Slice(off, off+len(v))
 	for s := 1; s <= c.n; s++ {
