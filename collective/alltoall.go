@@ -49,6 +49,9 @@ func allToAll[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], dstStride, src
 		c.fail(fmt.Errorf("collective: %v: dst and src overlap: %w", c.what, shmem.ErrInvalid))
 	}
 	c.desc = digest(coll, uint64(k), uint64(n), uint64(dstStride), uint64(srcStride), uint64(c.algo))
+	if c.local == nil && c.oneMessage(n*c.n*sizeOf[T]()) {
+		return allToAllFlat(&c, dst, src, dstStride, srcStride, n)
+	}
 	if _, err := c.sync(); err != nil {
 		return err
 	}
@@ -72,6 +75,39 @@ func allToAll[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], dstStride, src
 	}
 	_, err := c.sync()
 	return err
+}
+
+// allToAllFlat is AllToAll(S) through a flat team's scratch, when every
+// block a member sends fits one message: each member packs its src (all
+// its blocks, strides removed) into its exchange message, and takes its
+// own block out of every member's message in its inbox. One exchange,
+// and no member touches another's buffers.
+func allToAllFlat[T shmem.Elem](c *call, dst, src shmem.Sym[T], dstStride, srcStride, n int) error {
+	sz := sizeOf[T]()
+	msg := c.message(n * c.n * sz)
+	c.newHeader(c.desc).put(msg)
+	out, sl := elems[T](msg[hdrBytes:], n*c.n), src.Local()
+	for x := range out {
+		out[x] = sl[x*srcStride]
+	}
+	if err := c.exchange(msg, nil); err != nil {
+		return err
+	}
+	if err := c.verdict(readHeader(msg)); err != nil {
+		return err
+	}
+	dl := dst.Local()
+	for i := range c.n {
+		in := msg
+		if i != c.me {
+			in = c.inbox(i, len(msg))
+		}
+		block := elems[T](in[hdrBytes:], n*c.n)[c.me*n : (c.me+1)*n]
+		for e, v := range block {
+			dl[(i*n+e)*dstStride] = v
+		}
+	}
+	return nil
 }
 
 // stridedLen checks that s holds cnt elements spaced stride apart: the

@@ -63,6 +63,14 @@ func (c *call) useRD(size, elemSize int) bool {
 	return false
 }
 
+// oneMessage says whether a payload of size bytes goes through a flat
+// team's scratch in one exchange (FCollect, AllToAll): only under auto
+// and rd, and only on flat teams, where every member's message reaches
+// every other.
+func (c *call) oneMessage(size int) bool {
+	return c.g.flat && (c.algo == algoAuto || c.algo == algoRD) && size <= c.g.payloadCap()
+}
+
 // fail records this PE's first argument error.
 func (c *call) fail(err error) {
 	if c.local == nil {

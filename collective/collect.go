@@ -26,6 +26,9 @@ func FCollect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T]) error {
 		c.fail(fmt.Errorf("collective: %v: dst and src overlap: %w", c.what, shmem.ErrInvalid))
 	}
 	c.desc = digest(collFCollect, uint64(k), uint64(n), uint64(c.algo))
+	if c.local == nil && c.oneMessage(n*sizeOf[T]()) {
+		return fcollectFlat(&c, dst, src)
+	}
 	if _, err := c.sync(); err != nil {
 		return err
 	}
@@ -34,6 +37,32 @@ func FCollect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T]) error {
 	}
 	_, err := c.sync()
 	return err
+}
+
+// fcollectFlat is FCollect through a flat team's scratch, for blocks
+// that fit one message: every member sends its src in its exchange
+// message and copies every member's block out of its own inbox into its
+// dst. One exchange, and no member touches another's buffers.
+func fcollectFlat[T shmem.Elem](c *call, dst, src shmem.Sym[T]) error {
+	n, sz := src.Len(), sizeOf[T]()
+	msg := c.message(n * sz)
+	c.newHeader(c.desc).put(msg)
+	copy(msg[hdrBytes:], bytesOf(src.Local()[:n]))
+	if err := c.exchange(msg, nil); err != nil {
+		return err
+	}
+	if err := c.verdict(readHeader(msg)); err != nil {
+		return err
+	}
+	dl := dst.Local()
+	for j := range c.n {
+		in := msg
+		if j != c.me {
+			in = c.inbox(j, len(msg))
+		}
+		copy(dl[j*n:(j+1)*n], elems[T](in[hdrBytes:], n))
+	}
+	return nil
 }
 
 // Collect is FCollect with counts that may differ: member j gives its
