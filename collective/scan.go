@@ -17,10 +17,11 @@ func ExScan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op) error {
 	return scan(t, dst, src, op, false)
 }
 
-// scan: an entry exchange; member j folds the src of members 0..j (or
-// 0..j-1), read straight from their heaps where mapped, into a private
-// buffer; an exit exchange, after which nobody reads this member's src,
-// so the result may go into dst even in place.
+// scan: on a flat team with a vector that fits one message, scanFlat.
+// Otherwise an entry exchange; member j folds the src of members 0..j
+// (or 0..j-1), read straight from their heaps where mapped, into a
+// private buffer; an exit exchange, after which nobody reads this
+// member's src, so the result may go into dst even in place.
 func scan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, inclusive bool) error {
 	var c call
 	if err := c.begin(t); err != nil {
@@ -40,12 +41,15 @@ func scan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, inclusive b
 	c.fail(symCheck(&c, dst, "dst"))
 	c.fail(lenCheck(dst, n, "dst", c.what))
 	c.desc = digest(coll, uint64(op), uint64(k), uint64(n), uint64(c.algo))
-	if _, err := c.sync(); err != nil {
-		return err
-	}
 	last := c.me // members 0..last are folded in
 	if !inclusive {
 		last--
+	}
+	if c.local == nil && c.oneMessage(n*sizeOf[T]()) {
+		return scanFlat(&c, k, dst, src, op, last)
+	}
+	if _, err := c.sync(); err != nil {
+		return err
 	}
 	acc := make([]T, n)
 	if last < 0 {
@@ -68,5 +72,42 @@ func scan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, inclusive b
 		return err
 	}
 	copy(dst.Local(), acc)
+	return nil
+}
+
+// scanFlat is a scan through a flat team's scratch, for vectors that fit
+// one message: every member sends its src in its exchange message and
+// folds the messages of members 0..last, in rank order, out of its inbox
+// into its own dst. One exchange; no member touches another's buffers.
+func scanFlat[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, last int) error {
+	n := src.Len()
+	msg := c.message(n * sizeOf[T]())
+	c.newHeader(c.desc).put(msg)
+	mine := elems[T](msg[hdrBytes:], n)
+	copy(mine, src.Local()[:n])
+	if err := c.exchange(msg, nil); err != nil {
+		return err
+	}
+	if err := c.verdict(readHeader(msg)); err != nil {
+		return err
+	}
+	at := func(j int) []T {
+		if j == c.me {
+			return mine
+		}
+		return elems[T](c.inbox(j, len(msg))[hdrBytes:], n)
+	}
+	d := dst.Local()[:n]
+	switch last {
+	case -1:
+		fillIdentity(k, op, d)
+	case 0:
+		copy(d, at(0))
+	default:
+		combine(k, op, d, at(0), at(1))
+		for j := 2; j <= last; j++ {
+			combine(k, op, d, d, at(j))
+		}
+	}
 	return nil
 }
