@@ -68,10 +68,10 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 	c.deadline = mono() + int64(timeout)
 	for {
 		switch {
-		case st.holder == c:
+		case st.tok.holder == c:
 			// Handed the token, or took it below: lead unless there is
 			// no need any more.
-			if c.done() || c.expired.Load() || st.ended {
+			if c.done() || c.expired.Load() || st.tok.ended {
 				st.releaseLocked()
 				continue
 			}
@@ -96,15 +96,11 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 			// failure path completes it: either way it completes.
 			c.block()
 			return c.err
-		case !st.held && !st.ended:
-			st.held, st.holder = true, c
-			st.w8.disarm(st)
+		case st.tok.free():
+			st.takeLocked(heldCaller, c)
 		default:
 			if !c.queued {
 				st.queueLocked(c)
-				if st.holder == nil {
-					st.kickLocked() // a busy-polling reader goroutine: hand over
-				}
 			}
 			st.rmu.Unlock()
 			if now := mono(); st.l.spinOK(now) {
@@ -124,72 +120,62 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 // woken reports whether a follower has something to do.
 func (c *call) woken() bool { return c.done() || c.granted.Load() || c.expired.Load() }
 
-// queueLocked appends c to the followers. st.rmu is held.
-func (st *stream) queueLocked(c *call) {
-	c.queued, c.prev, c.next = true, st.wtail, nil
-	if st.wtail != nil {
-		st.wtail.next = c
-	} else {
-		st.whead = c
+// The stream's side of its token (token.go): each transition under
+// st.rmu, then what it asks for. The socket is armed in the watch exactly
+// when the token wants it (wantArmed).
+
+// takeLocked gives the free token to a holder of kind k (c for a caller)
+// and reports whether it was free. st.rmu is held.
+func (st *stream) takeLocked(k holderKind, c *call) bool {
+	if !st.tok.take(k, c) {
+		return false
 	}
-	st.wtail = c
-	st.nwait.Add(1)
+	st.w8.set(st, st.tok.wantArmed()) // a caller's or poller's reply wakes nobody else
+	return true
+}
+
+// queueLocked appends c to the followers, kicking a reader goroutine or
+// poller that holds the token so that it hands it over. st.rmu is held.
+func (st *stream) queueLocked(c *call) {
+	if st.tok.queue(c) {
+		st.kickLocked()
+	}
+	st.nwait.Store(int32(st.tok.queued))
 }
 
 // unqueueLocked removes c from the followers if it is queued. st.rmu is
 // held.
 func (st *stream) unqueueLocked(c *call) {
-	if !c.queued {
-		return
-	}
-	if c.prev != nil {
-		c.prev.next = c.next
-	} else {
-		st.whead = c.next
-	}
-	if c.next != nil {
-		c.next.prev = c.prev
-	} else {
-		st.wtail = c.prev
-	}
-	c.queued, c.prev, c.next = false, nil, nil
-	st.nwait.Add(-1)
+	st.tok.unqueue(c)
+	st.nwait.Store(int32(st.tok.queued))
 }
+
+// pendingCall reports whether a follower still wants the token.
+func pendingCall(c *call) bool { return !c.done() && !c.expired.Load() }
 
 // releaseLocked hands the token on: to the first follower still waiting
 // for its reply, else it frees it and arms the watch. st.rmu is held.
+//
+// A freed token with a whole frame in the read buffer wakes the reader
+// goroutine: the socket's readiness cannot announce it. A holder that
+// yields to followers at a frame boundary leaves what it read ahead, and
+// the follower it meant to hand over to may have been completed
+// meanwhile (its reply was among the frames the holder applied). Nobody
+// would read the stream until the peer sent more, and the peer may be
+// waiting for exactly this frame (a FLUSH). A partial frame needs no
+// wake: the rest of it is still to come through the socket, and arming
+// reports bytes that are already there.
 func (st *stream) releaseLocked() {
-	for w := st.whead; w != nil && !st.ended; w = st.whead {
-		st.unqueueLocked(w)
-		if w.done() || w.expired.Load() {
-			continue // already woken for that
-		}
-		st.w8.disarm(st)
-		st.held, st.holder = true, w
+	w, wake := st.tok.release(pendingCall, st.frameBuffered(), st.l.Err() != nil)
+	if !st.w8.set(st, st.tok.wantArmed()) && !st.tok.ended {
+		wake = true // a closed socket has left the set: the reader finds the end
+	}
+	st.nwait.Store(int32(st.tok.queued))
+	if w != nil {
 		w.granted.Store(true)
 		w.signal()
-		return
 	}
-	st.held, st.holder = false, nil
-	if st.ended {
-		return
-	}
-	switch {
-	case !st.w8.arm(st) || st.l.Err() != nil:
-		// A closed socket has left the set: the reader goroutine must
-		// look for itself, and find the stream's end.
-		st.w8.wake()
-	case st.frameBuffered():
-		// A whole frame is already in the read buffer, where the socket's
-		// readiness cannot announce it: a holder that yields to followers
-		// at a frame boundary leaves what it read ahead, and the follower
-		// it meant to hand over to may have been completed meanwhile (its
-		// reply was among the frames the holder applied). Nobody would
-		// read the stream until the peer sent more, and the peer may be
-		// waiting for exactly this frame (a FLUSH), so wake the reader
-		// goroutine to apply it. A partial frame needs no wake: the rest
-		// of it is still to come through the socket, and arming reports
-		// bytes that are already there.
+	if wake {
 		st.w8.wake()
 	}
 }
@@ -198,10 +184,10 @@ func (st *stream) releaseLocked() {
 // with the peer's goodbye): nobody reads it again, and the reader
 // goroutine reports it. st.rmu is held.
 func (st *stream) endLocked(err error) {
-	if !st.ended {
-		st.ended, st.rerr = true, err
+	if !st.tok.ended {
+		st.rerr = err
 	}
-	st.held, st.holder = false, nil
+	st.tok.end()
 	st.w8.wake()
 }
 

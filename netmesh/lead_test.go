@@ -245,8 +245,7 @@ func TestReleaseAppliesBufferedFrame(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		st.rmu.Lock()
-		if !st.held && !st.ended {
-			st.held = true
+		if st.takeLocked(heldReader, nil) {
 			st.rmu.Unlock()
 			break
 		}

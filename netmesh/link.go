@@ -622,7 +622,7 @@ func (l *Link) quiesce() {
 	for _, st := range l.streams {
 		for {
 			st.rmu.Lock()
-			done := st.ended && !st.held
+			done := st.tok.ended && !st.tok.held()
 			st.rmu.Unlock()
 			if done || time.Now().After(deadline) {
 				break
@@ -711,18 +711,15 @@ type stream struct {
 	w8      watcher // the reader goroutine's watch on the socket (watch.go)
 	watchFn func(uintptr) bool
 
-	// The read token (lead.go).
-	rmu          sync.Mutex   // protects the fields below, and hands the read state over
-	held         bool         // someone holds the token: holder, or the reader goroutine if holder is nil
-	holder       *call        // the blocked caller that holds it
-	whead, wtail *call        // followers, in arrival order
-	inRead       bool         // the holder waits in conn.Read at a frame boundary
-	kicked       bool         // a read deadline in the past is set to end that wait
-	ended        bool         // reading failed or the peer said goodbye: nobody reads again
-	rerr         error        // why, for the reader goroutine to report
-	nwait        atomic.Int32 // followers queued
-	kick         atomic.Bool  // the holder should look up (a polling holder checks it)
-	polled       bool         // the token is held by a Mesh.Poll (holder is nil): read once per look
+	// The read token (lead.go, token.go).
+	rmu    sync.Mutex   // protects the fields below, and hands the read state over
+	tok    token        // who holds the token, the followers, whether the stream ended
+	inRead bool         // the holder waits in conn.Read at a frame boundary
+	kicked bool         // a read deadline in the past is set to end that wait
+	rerr   error        // why the stream ended, for the reader goroutine to report
+	nwait  atomic.Int32 // followers queued
+	kick   atomic.Bool  // the holder should look up (a polling holder checks it)
+	polled bool         // the token is held by a Mesh.Poll (holder is nil): read once per look
 
 	// Watchdog state, owned by the watchdog goroutine.
 	seenRecv, seenSend uint64

@@ -87,7 +87,7 @@ func TestFailedFlushWritesNothingLate(t *testing.T) {
 	}
 	for _, st := range l.streams {
 		st.rmu.Lock()
-		live := !st.ended || st.held
+		live := !st.tok.ended || st.tok.held()
 		st.rmu.Unlock()
 		if live {
 			t.Fatal("a stream still has a reader after the failed flush returned")

@@ -250,9 +250,8 @@ func takeFree(streams, held []*stream) []*stream {
 			break
 		}
 		st.rmu.Lock()
-		if !st.held && !st.ended {
-			st.held, st.polled = true, true
-			st.w8.disarm(st) // its arrivals are ours: wake nobody
+		if st.takeLocked(heldPoller, nil) { // disarmed: its arrivals are ours, waking nobody
+			st.polled = true
 			held = append(held, st)
 		}
 		st.rmu.Unlock()

@@ -142,7 +142,7 @@ func (st *stream) watchLoop() error {
 			st.w8.woken = false
 			st.w8.f.SetReadDeadline(time.Time{})
 		}
-		ended, rerr := st.ended, st.rerr
+		ended, rerr := st.tok.ended, st.rerr
 		st.rmu.Unlock()
 		if ended {
 			return rerr
@@ -161,16 +161,16 @@ func (st *stream) watchLoop() error {
 func (st *stream) onWatch(uintptr) bool {
 	st.rmu.Lock()
 	st.w8.dirty = true
-	if st.ended {
+	if st.tok.ended {
 		st.rmu.Unlock()
 		return true
 	}
-	if st.held {
-		// A caller reads; it puts the socket back when it frees the token.
+	if !st.takeLocked(heldReader, nil) {
+		// A caller or poller reads; it puts the socket back when it
+		// frees the token.
 		st.rmu.Unlock()
 		return false
 	}
-	st.held = true
 	st.rmu.Unlock()
 	err := st.serve(nil)
 	st.rmu.Lock()

@@ -74,7 +74,7 @@ func (st *stream) watch(now time.Time) {
 func (st *stream) expire(now int64) {
 	st.rmu.Lock()
 	defer st.rmu.Unlock()
-	for w := st.whead; w != nil; {
+	for w := st.tok.whead; w != nil; {
 		next := w.next
 		if w.deadline < now {
 			st.unqueueLocked(w)
@@ -83,7 +83,7 @@ func (st *stream) expire(now int64) {
 		}
 		w = next
 	}
-	if h := st.holder; h != nil && h.deadline < now && !h.expired.Load() {
+	if h := st.tok.holder; h != nil && h.deadline < now && !h.expired.Load() {
 		h.expired.Store(true)
 		st.kickLocked()
 	}

@@ -1,0 +1,132 @@
+package netmesh
+
+// A stream's read token as a pure state machine (lead.go says who reads
+// a stream and why): no I/O, no locks, no goroutines. The stream calls
+// its methods under st.rmu and carries out what they report: it arms or
+// disarms the socket in the reader goroutine's watch to match
+// wantArmed, signals a follower it was granted the token, wakes the
+// reader goroutine, kicks a holder. TestTokenRandom drives it with
+// random interleavings of takes, queues, completions, expiries,
+// releases and ends, checking the invariants below after every step.
+//
+// Invariants:
+//   - at most one holder: kind says which, and holder is the call exactly
+//     when kind is heldCaller;
+//   - a call is queued at most once and never while it holds the token;
+//   - the socket should be armed exactly while the token is free or held
+//     by the reader goroutine, and the stream has not ended (wantArmed):
+//     then the watch reports arrivals nobody else reads;
+//   - release never frees the token while a follower whose call is still
+//     pending is queued: it grants the token to the first such follower;
+//   - release that frees the token with a whole frame in the read buffer
+//     asks to wake the reader goroutine, since the socket cannot announce
+//     bytes that were already read;
+//   - after end nobody takes the token again.
+
+// holderKind says who holds the read token.
+type holderKind uint8
+
+const (
+	heldNone   holderKind = iota // free
+	heldCaller                   // a caller blocked for its reply (token.holder)
+	heldReader                   // the stream's reader goroutine
+	heldPoller                   // a goroutine in Mesh.Poll
+)
+
+type token struct {
+	kind         holderKind
+	holder       *call // the caller holding the token (kind == heldCaller)
+	whead, wtail *call // followers, in arrival order
+	queued       int   // followers queued
+	ended        bool  // nobody reads the stream again
+}
+
+// free reports whether the token may be taken.
+func (t *token) free() bool { return t.kind == heldNone && !t.ended }
+
+// held reports whether someone holds the token.
+func (t *token) held() bool { return t.kind != heldNone }
+
+// wantArmed reports whether the socket should be armed in the reader
+// goroutine's watch.
+func (t *token) wantArmed() bool {
+	return !t.ended && (t.kind == heldNone || t.kind == heldReader)
+}
+
+// take gives the free token to a holder of kind k (and call c for
+// heldCaller). It reports whether the token was free.
+func (t *token) take(k holderKind, c *call) bool {
+	if !t.free() {
+		return false
+	}
+	t.kind = k
+	if k == heldCaller {
+		t.holder = c
+	}
+	return true
+}
+
+// queue appends c to the followers. It reports whether the holder must be
+// kicked: a reader goroutine or a poller hands the token over only when
+// it looks up, and it looks up when kicked.
+func (t *token) queue(c *call) (kick bool) {
+	if c.queued || t.holder == c {
+		panic("netmesh: token.queue of a call that is queued or holds the token")
+	}
+	c.queued, c.prev, c.next = true, t.wtail, nil
+	if t.wtail != nil {
+		t.wtail.next = c
+	} else {
+		t.whead = c
+	}
+	t.wtail = c
+	t.queued++
+	return t.kind == heldReader || t.kind == heldPoller
+}
+
+// unqueue removes c from the followers if it is queued.
+func (t *token) unqueue(c *call) {
+	if !c.queued {
+		return
+	}
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		t.whead = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	} else {
+		t.wtail = c.prev
+	}
+	c.queued, c.prev, c.next = false, nil, nil
+	t.queued--
+}
+
+// release ends the current holding. The token goes to the first follower
+// whose call is still pending (returned: the stream signals it), passing
+// over followers that need no token any more; else it is freed, and wake
+// reports that the reader goroutine must look at the stream: a whole
+// frame is buffered (frameBuffered) or the link is down (the reader
+// goroutine finds the stream's end).
+func (t *token) release(pending func(*call) bool, frameBuffered, linkDown bool) (grant *call, wake bool) {
+	t.kind, t.holder = heldNone, nil
+	if t.ended {
+		return nil, false
+	}
+	for w := t.whead; w != nil; w = t.whead {
+		t.unqueue(w)
+		if pending(w) {
+			t.kind, t.holder = heldCaller, w
+			return w, false
+		}
+	}
+	return nil, frameBuffered || linkDown
+}
+
+// end records that the stream ended: the token is freed for good. The
+// reader goroutine must look (and report the end).
+func (t *token) end() {
+	t.ended = true
+	t.kind, t.holder = heldNone, nil
+}

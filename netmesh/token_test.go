@@ -1,0 +1,225 @@
+package netmesh
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// The read token driven message by message: callers that start calls,
+// take the token or queue for it, have their replies applied by whoever
+// holds it, expire, or wake late (a wake-up delayed past the release that
+// passed them over); a reader goroutine and a poller that take and free
+// it; frames left in the buffer; the stream's end. After every step the
+// invariants of token.go hold, and each release does what it must.
+func TestTokenRandom(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("GOSHMEM_TOKEN_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0))
+	runs := 3000
+	if testing.Short() {
+		runs = 300
+	}
+	for run := 0; run < runs; run++ {
+		var log []string
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("seed %d (GOSHMEM_TOKEN_SEED replays it), run %d: "+format+"\nsteps:\n%s",
+				append(append([]any{seed, run}, args...), joinLines(log))...)
+		}
+		tokenRun(rng, &log, fail)
+	}
+}
+
+const tokenCallers = 4
+
+// modelCall is a caller's view: whether it has a call in flight, and
+// whether that call was completed or expired (what pendingCall reads).
+type modelCall struct {
+	c       call
+	active  bool // a call is in flight
+	done    bool
+	expired bool
+}
+
+func tokenRun(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
+	var tk token
+	cs := make([]*modelCall, tokenCallers)
+	for i := range cs {
+		cs[i] = &modelCall{}
+	}
+	byCall := map[*call]*modelCall{}
+	for _, m := range cs {
+		byCall[&m.c] = m
+	}
+	pending := func(c *call) bool {
+		m := byCall[c]
+		return m.active && !m.done && !m.expired
+	}
+	step := func(s string, args ...any) {
+		*log = append(*log, fmt.Sprintf(s, args...))
+	}
+	idx := func(c *call) int {
+		for i, m := range cs {
+			if &m.c == c {
+				return i
+			}
+		}
+		return -1
+	}
+	// release as a holder does, checking what it hands over.
+	release := func(who string) {
+		fb, down := rng.IntN(3) == 0, rng.IntN(10) == 0
+		var want *call
+		if !tk.ended {
+			for w := tk.whead; w != nil; w = w.next {
+				if pending(w) {
+					want = w
+					break
+				}
+			}
+		}
+		wasEnded := tk.ended
+		grant, wake := tk.release(pending, fb, down)
+		step("%s releases (frame buffered %v, link down %v): grant %d, wake %v", who, fb, down, idx(grant), wake)
+		if grant != want {
+			fail("release granted caller %d, want %d (the first pending follower)", idx(grant), idx(want))
+		}
+		if grant == nil && !wasEnded && wake != (fb || down) {
+			fail("release freed the token with frame buffered %v and link down %v but wake %v", fb, down, wake)
+		}
+		if grant != nil && (tk.kind != heldCaller || tk.holder != grant || grant.queued) {
+			fail("granted caller %d does not hold the token alone", idx(grant))
+		}
+	}
+	for n := 0; n < 60; n++ {
+		switch r := rng.IntN(10); {
+		case r < 3: // a caller starts a call and takes the token or queues
+			i := rng.IntN(tokenCallers)
+			m := cs[i]
+			if m.active {
+				continue
+			}
+			m.active, m.done, m.expired = true, false, false
+			if tk.take(heldCaller, &m.c) {
+				step("caller %d takes the free token", i)
+				continue
+			}
+			kind := tk.kind
+			kick := tk.queue(&m.c)
+			step("caller %d queues behind %v (kick %v)", i, kind, kick)
+			if kick != (kind == heldReader || kind == heldPoller) {
+				fail("queue behind %v kicked %v", kind, kick)
+			}
+		case r < 5: // the holder applies some caller's reply
+			if !tk.held() {
+				continue
+			}
+			i := rng.IntN(tokenCallers)
+			if m := cs[i]; m.active && !m.done {
+				m.done = true
+				step("the holder applies caller %d's reply", i)
+			}
+		case r == 5: // a caller's deadline passes (the watchdog unqueues it)
+			i := rng.IntN(tokenCallers)
+			m := cs[i]
+			if m.active && !m.done && !m.expired {
+				m.expired = true
+				tk.unqueue(&m.c)
+				step("caller %d expires", i)
+			}
+		case r == 6: // a caller that holds the token or was woken acts
+			i := rng.IntN(tokenCallers)
+			m := cs[i]
+			if !m.active {
+				continue
+			}
+			if tk.holder == &m.c {
+				if m.done || m.expired || rng.IntN(2) == 0 {
+					release("caller " + strconv.Itoa(i))
+				}
+				continue
+			}
+			if m.done || m.expired { // woken late: leaves the queue, returns
+				tk.unqueue(&m.c)
+				m.active = false
+				step("caller %d returns", i)
+			}
+		case r == 7: // the reader goroutine
+			switch {
+			case tk.kind == heldReader:
+				release("the reader goroutine")
+			case tk.take(heldReader, nil):
+				step("the reader goroutine takes the free token")
+			}
+		case r == 8: // a poller
+			switch {
+			case tk.kind == heldPoller:
+				release("the poller")
+			case tk.take(heldPoller, nil):
+				step("a poller takes the free token")
+			}
+		default:
+			if rng.IntN(8) == 0 && !tk.ended {
+				tk.end()
+				step("the stream ends")
+			}
+		}
+		// Invariants.
+		if (tk.kind == heldCaller) != (tk.holder != nil) {
+			fail("kind %v with holder %d", tk.kind, idx(tk.holder))
+		}
+		seen := map[*call]bool{}
+		count := 0
+		for w := tk.whead; w != nil; w = w.next {
+			if seen[w] || !w.queued || w == tk.holder {
+				fail("caller %d queued twice, unmarked, or while holding", idx(w))
+			}
+			seen[w] = true
+			count++
+		}
+		if count != tk.queued {
+			fail("%d followers counted, %d queued", count, tk.queued)
+		}
+		if tk.wantArmed() != (!tk.ended && (tk.kind == heldNone || tk.kind == heldReader)) {
+			fail("wantArmed %v with kind %v, ended %v", tk.wantArmed(), tk.kind, tk.ended)
+		}
+		if tk.free() {
+			for w := tk.whead; w != nil; w = w.next {
+				if pending(w) {
+					fail("the token is free while caller %d waits for it", idx(w))
+				}
+			}
+		}
+		if tk.ended && (tk.take(heldCaller, &cs[0].c) || tk.take(heldReader, nil)) {
+			fail("the token was taken after the stream ended")
+		}
+	}
+}
+
+func (k holderKind) String() string {
+	switch k {
+	case heldNone:
+		return "nobody"
+	case heldCaller:
+		return "a caller"
+	case heldReader:
+		return "the reader goroutine"
+	case heldPoller:
+		return "a poller"
+	}
+	return "?"
+}
+
+func joinLines(l []string) string {
+	s := ""
+	for i, x := range l {
+		s += "  " + strconv.Itoa(i+1) + ". " + x + "\n"
+	}
+	return s
+}
