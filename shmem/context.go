@@ -17,6 +17,9 @@ type Context struct {
 
 // NewContext creates a context on this PE.
 func (pe *PE) NewContext() (*Context, error) {
+	if pe == nil {
+		return nil, errNilPE("NewContext")
+	}
 	if !pe.running() {
 		return nil, pe.finalizedErr()
 	}

@@ -36,7 +36,10 @@
 //     (GOSHMEM_TIMEOUT, WithTimeout; default two minutes).
 //   - Errors wrap the sentinels (ErrBadPE, ErrOutOfBounds, ...) with the
 //     numbers that explain them; compare with errors.Is. A user mistake
-//     is an error, never a panic, and never a write outside the object.
+//     is an error, never a panic, and never a write outside the object:
+//     bad PEs, indexes, strides (including ones whose products
+//     overflow), out-of-range slices, freed objects, calls on a nil PE
+//     or after Finalize. A refused call changes nothing.
 //   - Finalize is safe against the PE's other goroutines: those blocked
 //     in waits and locks return ErrFinalized, later calls fail with
 //     ErrFinalized, a concurrent Finalize returns ErrFinalized at once,

@@ -56,6 +56,9 @@ type Info struct {
 
 // Info reports this PE's configuration.
 func (pe *PE) Info() Info {
+	if pe == nil {
+		return Info{Version: Version, PE: -1}
+	}
 	in := Info{
 		Version: Version, PE: pe.rank, NPEs: pe.npes, Host: pe.host, Pid: os.Getpid(),
 		HeapSize: pe.cfg.HeapSize, Timeout: pe.cfg.Timeout, Debug: pe.cfg.Debug,

@@ -219,3 +219,26 @@ var _ = register("debug-mismatched-collectives", func(pe *shmem.PE) error {
 func TestDebugMismatchedCollectives(t *testing.T) {
 	eachWith(t, "debug-mismatched-collectives", 3, []shmem.Option{shmem.WithDebug(true)}, "SHMEM_DEBUG=1")
 }
+
+// Every method of a nil *PE (what a failed Init returns) is an error or
+// a zero answer, never a panic.
+func TestNilPE(t *testing.T) {
+	var pe *shmem.PE
+	for name, err := range map[string]error{
+		"Finalize": pe.Finalize(), "Fence": pe.Fence(), "Quiet": pe.Quiet(), "PEQuiet": pe.PEQuiet(0),
+		"BarrierAll": pe.BarrierAll(), "SyncAll": pe.SyncAll(), "World().Sync": pe.World().Sync(),
+	} {
+		if !errors.Is(err, shmem.ErrInvalid) {
+			t.Errorf("%s on a nil PE: %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := pe.NewContext(); !errors.Is(err, shmem.ErrInvalid) {
+		t.Errorf("NewContext on a nil PE: %v", err)
+	}
+	if _, err := shmem.Malloc[int64](pe, 1); !errors.Is(err, shmem.ErrInvalid) {
+		t.Errorf("Malloc on a nil PE: %v", err)
+	}
+	if pe.MyPE() != -1 || pe.NPEs() != 0 || pe.Accessible(0) || pe.SameHost(0) || pe.World() != nil || pe.Shared() != nil || pe.Info().PE != -1 {
+		t.Error("the queries of a nil PE do not give zero answers")
+	}
+}

@@ -87,15 +87,32 @@ type peer struct {
 }
 
 // MyPE is this PE's number, 0..NPEs()-1.
-func (pe *PE) MyPE() int { return pe.rank }
+// It is -1 for a nil PE.
+func (pe *PE) MyPE() int {
+	if pe == nil {
+		return -1
+	}
+	return pe.rank
+}
 
 // NPEs is the number of PEs in the job.
-func (pe *PE) NPEs() int { return pe.npes }
+// It is 0 for a nil PE.
+func (pe *PE) NPEs() int {
+	if pe == nil {
+		return 0
+	}
+	return pe.npes
+}
+
+// errNilPE is the error of a call on a nil *PE (an Init that failed).
+func errNilPE(what string) error {
+	return fmt.Errorf("shmem: %s on a nil PE: %w", what, ErrInvalid)
+}
 
 // Accessible reports whether target is a PE of the job that this PE can
 // reach (shmem_pe_accessible).
 func (pe *PE) Accessible(target int) bool {
-	if target < 0 || target >= pe.npes || !pe.running() {
+	if pe == nil || target < 0 || target >= pe.npes || !pe.running() {
 		return false
 	}
 	p := &pe.peers[target]
@@ -106,7 +123,7 @@ func (pe *PE) Accessible(target int) bool {
 // gives direct loads and stores (true for MyPE). It is false once
 // Finalize has begun.
 func (pe *PE) SameHost(target int) bool {
-	return target >= 0 && target < pe.npes && pe.running() && pe.peers[target].mem != nil
+	return pe != nil && target >= 0 && target < pe.npes && pe.running() && pe.peers[target].mem != nil
 }
 
 // peer returns the route to target, or ErrBadPE / ErrPeerLost. The
@@ -217,6 +234,9 @@ func (pe *PE) alive() error {
 // with code; in a one-PE job the process exits with code; under Run, Run
 // returns an *ExitError carrying code and this goroutine ends.
 func (pe *PE) GlobalExit(code int) {
+	if pe == nil {
+		os.Exit(code)
+	}
 	if pe.job != nil {
 		pe.job.globalExit(pe.rank, code) // does not return
 	}

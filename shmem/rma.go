@@ -324,6 +324,9 @@ func SignalFetch(sig Sym[uint64]) (uint64, error) {
 // that stripes large transfers over several connections (GOSHMEM_STREAMS)
 // must flush to keep the order.
 func (pe *PE) Fence() error {
+	if pe == nil {
+		return errNilPE("Fence")
+	}
 	if !pe.hasRemote {
 		// Nothing to order and no memory touched: no need to enter.
 		if !pe.running() {
@@ -353,6 +356,9 @@ func (pe *PE) Fence() error {
 // shared memory they already are; over TCP, Quiet flushes every link with
 // operations outstanding and waits for the peers' replies.
 func (pe *PE) Quiet() error {
+	if pe == nil {
+		return errNilPE("Quiet")
+	}
 	if !pe.hasRemote {
 		// Nothing to complete and no memory touched: no need to enter.
 		if !pe.running() {
@@ -387,6 +393,9 @@ func (pe *PE) flushAll() error {
 
 // PEQuiet is Quiet for operations to the given targets only.
 func (pe *PE) PEQuiet(targets ...int) error {
+	if pe == nil {
+		return errNilPE("PEQuiet")
+	}
 	if err := pe.enter(); err != nil {
 		return err
 	}
@@ -411,6 +420,9 @@ func (pe *PE) PEQuiet(targets ...int) error {
 // BarrierAll completes this PE's operations (Quiet), then waits until
 // every PE has reached the barrier.
 func (pe *PE) BarrierAll() error {
+	if pe == nil {
+		return errNilPE("BarrierAll")
+	}
 	if err := pe.enter(); err != nil {
 		return err
 	}
@@ -445,6 +457,9 @@ func (pe *PE) barrierAll() error {
 // SyncAll waits until every PE has reached it, without completing
 // outstanding operations.
 func (pe *PE) SyncAll() error {
+	if pe == nil {
+		return errNilPE("SyncAll")
+	}
 	if err := pe.enter(); err != nil {
 		return err
 	}

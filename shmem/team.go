@@ -44,11 +44,23 @@ func newTeam(pe *PE, slot int, members []int) *Team {
 }
 
 // World is the team of every PE of the job (TEAM_WORLD).
-func (pe *PE) World() *Team { return pe.world }
+// It is nil for a nil PE.
+func (pe *PE) World() *Team {
+	if pe == nil {
+		return nil
+	}
+	return pe.world
+}
 
 // Shared is the team of the PEs whose heaps this PE maps, this PE
 // included (TEAM_SHARED).
-func (pe *PE) Shared() *Team { return pe.shared }
+// It is nil for a nil PE.
+func (pe *PE) Shared() *Team {
+	if pe == nil {
+		return nil
+	}
+	return pe.shared
+}
 
 // MyPE is this PE's number in the team.
 func (t *Team) MyPE() int {
