@@ -3,6 +3,8 @@ package heap
 import (
 	"encoding/binary"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // The segment layout is shared between processes of one job (and must
@@ -67,4 +69,45 @@ func TestLayoutConstants(t *testing.T) {
 	if !seg.CheckHeader(7) || seg.CheckHeader(6) {
 		t.Fatal("CheckHeader")
 	}
+}
+
+// A retired segment's old slice stays usable, and no longer shares
+// memory with the segment's other mappings.
+func TestRetire(t *testing.T) {
+	seg, err := Create(HeapBase + 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := Map(dupFD(t, seg.FD()), seg.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	b := seg.Bytes()
+	b[HeapBase] = 7
+	if other.Bytes()[HeapBase] != 7 {
+		t.Fatal("the two mappings do not share memory")
+	}
+	if err := seg.Retire(); err != nil {
+		t.Fatal(err)
+	}
+	if seg.Bytes() != nil || seg.FD() != -1 || seg.Close() != nil {
+		t.Fatal("a retired segment still has its mapping or descriptor")
+	}
+	if b[HeapBase] != 0 {
+		t.Fatalf("the retired slice reads %d, want the zero of fresh private memory", b[HeapBase])
+	}
+	b[HeapBase+1] = 9 // a store through the old slice: no fault, not shared
+	if other.Bytes()[HeapBase] != 7 || other.Bytes()[HeapBase+1] != 0 {
+		t.Fatal("a store through the retired slice reached the shared memory")
+	}
+}
+
+func dupFD(t *testing.T, fd int) int {
+	t.Helper()
+	d, err := unix.Dup(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

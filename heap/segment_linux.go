@@ -113,6 +113,29 @@ func (s *Segment) Close() error {
 	return err
 }
 
+// Retire ends the segment without unmapping it: it closes the
+// descriptor and replaces the mapping, at the same address and size, by
+// private anonymous memory (MAP_FIXED, which swaps the pages atomically).
+// Slices from Bytes stay valid: loads and stores through them, by a
+// program that kept them past the end of its PE, land in memory nobody
+// else sees instead of faulting. This process's hold on the shared
+// memory ends (the kernel frees it once no process maps it); the address
+// range and one mapping entry stay reserved until the process exits.
+// Bytes is nil afterwards, and Close does nothing.
+func (s *Segment) Retire() error {
+	s.CloseFD()
+	if s.mem == nil {
+		return nil
+	}
+	_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(unsafe.SliceData(s.mem)), uintptr(len(s.mem)),
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)
+	if err != nil {
+		return fmt.Errorf("heap: retiring a %d-byte segment: %w", len(s.mem), err)
+	}
+	s.mem = nil
+	return nil
+}
+
 // Addr is the address of byte off of the mapping, for the atomic helpers.
 // The caller has checked off against Size.
 func (s *Segment) addr(off uint64) unsafe.Pointer {

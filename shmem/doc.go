@@ -29,8 +29,11 @@
 //     PE are serialised and may wait for each other.
 //   - Slices from Sym.Local and Ptr alias the shared heap: other PEs may
 //     write them at any time, and they are invalid after Free, Realloc or
-//     Finalize (using them after Finalize faults). Synchronise with the
-//     atomics and waits, not with plain loads in a loop.
+//     Finalize. Under a launcher, loads and stores through them after
+//     Finalize land in private memory nobody else sees (the mappings are
+//     replaced, not unmapped); under Run they fault once Run has
+//     returned. Synchronise with the atomics and waits, not with plain
+//     loads in a loop.
 //   - Every wait on other PEs ends: with ErrPeerLost when a PE of the job
 //     died or failed, with ErrTimeout after the PE's timeout
 //     (GOSHMEM_TIMEOUT, WithTimeout; default two minutes).
@@ -43,6 +46,6 @@
 //   - Finalize is safe against the PE's other goroutines: those blocked
 //     in waits and locks return ErrFinalized, later calls fail with
 //     ErrFinalized, a concurrent Finalize returns ErrFinalized at once,
-//     and the memory is unmapped only after every call has left the PE.
+//     and the memory is released only after every call has left the PE.
 //     Local, Ptr and SameHost return nil and false once it has begun.
 package shmem

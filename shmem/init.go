@@ -128,7 +128,7 @@ func joinJob(cfg Config, env boot.Env, host string) (pe *PE, err error) {
 	self := pe
 	defer func() {
 		if err != nil {
-			self.closeProcess(true)
+			self.closeProcess(false)
 		}
 	}()
 	me := endpoint{Rank: env.Rank, Host: host, Pid: os.Getpid(), Sock: sock, SegSize: seg.Size(),
@@ -213,9 +213,12 @@ func joinJob(cfg Config, env boot.Env, host string) (pe *PE, err error) {
 	return pe, nil
 }
 
-// closeProcess releases a launched PE's links and mappings. With unmap
-// false (calls may still be inside the PE) the mappings stay.
-func (pe *PE) closeProcess(unmap bool) error {
+// closeProcess releases a launched PE's links and mappings. At Finalize
+// (retire) the mappings are retired rather than unmapped: a call still
+// stuck inside the PE, or a program (or ring, or collective) still
+// reading through a Local or Ptr slice, then touches private memory
+// instead of faulting. A failed Init, which handed out no slice, unmaps.
+func (pe *PE) closeProcess(retire bool) error {
 	for r := range pe.peers {
 		p := &pe.peers[r]
 		if p.conn != nil {
@@ -238,16 +241,21 @@ func (pe *PE) closeProcess(unmap bool) error {
 		err = pe.boot.Close()
 		pe.boot = nil
 	}
-	if !unmap {
-		return err
+	end := (*heap.Segment).Close
+	if retire {
+		end = (*heap.Segment).Retire
 	}
 	for r := range pe.peers {
 		p := &pe.peers[r]
 		if p.seg != nil {
-			p.seg.Close()
+			if rerr := end(p.seg); rerr != nil && err == nil {
+				err = rerr
+			}
 			p.seg = nil
 		}
 	}
-	pe.seg.Close()
+	if rerr := end(pe.seg); rerr != nil && err == nil {
+		err = rerr
+	}
 	return err
 }

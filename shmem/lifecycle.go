@@ -111,7 +111,7 @@ func (pe *PE) settle(from, next uint64) (bool, error) {
 			for {
 				v := pe.gate.Load()
 				if pe.gate.CompareAndSwap(v, v&^stMask|stClosed) {
-					return false, fmt.Errorf("shmem: PE %d: %d calls still inside the PE %v after Finalize began (its memory stays mapped): %w",
+					return false, fmt.Errorf("shmem: PE %d: %d calls still inside the PE %v after Finalize began (its memory is not unmapped): %w",
 						pe.rank, v&^stMask, pe.cfg.Timeout, ErrTimeout)
 				}
 			}
@@ -182,7 +182,9 @@ func (pe *PE) abandon() {
 }
 
 // release frees what the closed PE holds. unmap is false when calls may
-// still be inside: the memory then stays mapped until the process exits.
+// still be inside. A launched PE retires its mappings either way (they
+// stay valid, private memory; closeProcess); under Run a PE whose calls
+// are stuck keeps its segment mapped until the process exits.
 func (pe *PE) release(unmap bool) error {
 	defer close(pe.done)
 	pe.locksMu.Lock()
@@ -197,5 +199,5 @@ func (pe *PE) release(unmap bool) error {
 		// after its last store of the final barrier.
 		return nil
 	}
-	return pe.closeProcess(unmap)
+	return pe.closeProcess(true)
 }

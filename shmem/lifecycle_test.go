@@ -332,3 +332,34 @@ var _ = register("finalize-against-barrier", func(pe *shmem.PE) error {
 })
 
 func TestFinalizeAgainstBarrier(t *testing.T) { each(t, "finalize-against-barrier", 3) }
+
+// A program that keeps Local and Ptr slices past Finalize, against the
+// docs, does not fault when it uses them: a launched PE retires its
+// mappings (private memory at the same addresses) instead of unmapping
+// them, and under Run they stay mapped until Run returns.
+var _ = register("slices-after-finalize", func(pe *shmem.PE) error {
+	s, err := shmem.Malloc[int64](pe, 4)
+	if err != nil {
+		return err
+	}
+	l := s.Local()
+	var peers [][]int64
+	for t := range pe.NPEs() {
+		if p := shmem.Ptr(s, t); p != nil {
+			peers = append(peers, p)
+		}
+	}
+	if err := pe.Finalize(); err != nil {
+		return err
+	}
+	l[0] = 5
+	sum := l[0] + l[3]
+	for _, p := range peers {
+		p[1] = 6
+		sum += p[2]
+	}
+	_ = sum
+	return nil
+})
+
+func TestSlicesAfterFinalize(t *testing.T) { each(t, "slices-after-finalize", 1, 3) }

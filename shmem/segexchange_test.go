@@ -89,7 +89,7 @@ func testSegPE(t *testing.T, rank, npes int) *PE {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { pe.closeProcess(true) })
+	t.Cleanup(func() { pe.closeProcess(false) })
 	return pe
 }
 
