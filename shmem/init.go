@@ -2,8 +2,6 @@ package shmem
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -108,9 +106,7 @@ func joinJob(cfg Config, env boot.Env, host string) (pe *PE, err error) {
 		return nil, err
 	}
 	seg.WriteHeader(env.Rank, os.Getpid())
-	var nonce [8]byte
-	rand.Read(nonce[:])
-	sock := fmt.Sprintf("@goshmem-%s-%d-%s", env.JobID, env.Rank, hex.EncodeToString(nonce[:]))
+	sock := segSockName(env.JobID, env.Rank)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		bc.Close()

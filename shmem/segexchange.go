@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +67,17 @@ const (
 	segLabelAcceptor    = "goshmem-seg2-acceptor"
 	segLabelDialer      = "goshmem-seg2-dialer"
 )
+
+// segSockName names a PE's exchange socket in the abstract namespace:
+// "@goshmem-", 16 hex digits of the job id's SHA-256, the rank, and 16
+// random hex digits. The job id (up to 4 KiB) goes in hashed, so the name
+// stays within the 107 bytes a Unix socket address holds.
+func segSockName(jobID string, rank int) string {
+	var nonce [8]byte
+	rand.Read(nonce[:])
+	h := sha256.Sum256([]byte(jobID))
+	return fmt.Sprintf("@goshmem-%s-%d-%s", hex.EncodeToString(h[:8]), rank, hex.EncodeToString(nonce[:]))
+}
 
 // segHello is one side's hello.
 type segHello struct {

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,6 +64,23 @@ func TestSegExchangeConstants(t *testing.T) {
 				t.Fatalf("MACs %d and %d are equal", i, j)
 			}
 		}
+	}
+}
+
+// The socket name fits a Unix socket address for the longest job id
+// the boot protocol allows, and the PE can listen on it.
+func TestSegSockName(t *testing.T) {
+	name := segSockName(strings.Repeat("j", 4096), 1<<20)
+	if len(name) > 107 {
+		t.Fatalf("socket name of %d bytes: %q", len(name), name)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	if segSockName("a", 0) == segSockName("a", 0) {
+		t.Fatal("two names for the same PE are equal: no nonce")
 	}
 }
 
