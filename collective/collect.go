@@ -69,7 +69,8 @@ func fcollectFlat[T shmem.Elem](c *call, dst, src shmem.Sym[T]) error {
 // first n elements of src (n may be 0), and they land in team order, so
 // member j's start at the sum of the counts of members 0..j-1. It
 // returns the total count. dst must hold the total on every member;
-// dst and src must not overlap.
+// dst and src must not overlap. On a flat team, when every member's
+// block fits one scratch message, the call is one exchange.
 func Collect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], n int) (int, error) {
 	var c call
 	if err := c.begin(t); err != nil {
@@ -88,35 +89,85 @@ func Collect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], n int) (int, er
 		c.fail(fmt.Errorf("collective: %v: dst and src overlap: %w", c.what, shmem.ErrInvalid))
 	}
 	c.desc = digest(collCollect, uint64(k), uint64(c.algo))
+	// The entry exchange carries, in every header, the member's count
+	// and whether its block rides in the message (the sum's low and high
+	// bits: counts are below 2^48, teams below 2^15 members), and the
+	// smallest dst. When every block rode along the call is over;
+	// otherwise the blocks go by puts, as in FCollect.
 	h := c.newHeader(c.desc)
+	inMsg := c.local == nil && c.oneMessage(n*sizeOf[T]())
+	payload := 0
 	if c.local == nil {
 		h.minAux, h.sum = uint64(dst.Len()), uint64(n)
+		if inMsg {
+			payload = n * sizeOf[T]()
+		} else {
+			h.sum += 1 << countBits
+		}
 		c.lw[wordCount] = uint64(n) // read by the others until the exit exchange
 	}
-	h, err := c.syncHeader(c.message(0), h)
-	if err != nil {
+	msg := c.message(payload)
+	h.put(msg)
+	if inMsg {
+		copy(msg[hdrBytes:], bytesOf(src.Local()[:n]))
+	}
+	if err := c.exchange(msg, nil); err != nil {
 		return 0, err
 	}
-	total := int(h.sum)
-	if h.minAux < h.sum {
+	h = readHeader(msg)
+	if err := c.verdict(h); err != nil {
+		return 0, err
+	}
+	total, allIn := int(h.sum&(1<<countBits-1)), h.sum>>countBits == 0
+	if h.minAux < uint64(total) {
 		// Every member sees the same sums and decides the same.
 		return 0, fmt.Errorf("collective: %v: the total is %d elements, and a member's dst (%d here) has only %d: %w",
 			c.what, total, dst.Len(), h.minAux, shmem.ErrOutOfBounds)
 	}
+	// countOf is member j's count: from its message on a flat team,
+	// else from its count word.
+	countOf := func(j int) (int, error) {
+		if j == c.me {
+			return n, nil
+		}
+		if c.g.flat {
+			return int(readHeader(c.inbox(j, hdrBytes)).sum & (1<<countBits - 1)), nil
+		}
+		cnt, err := shmem.G(c.words, wordCount, c.world(j))
+		return int(cnt), err
+	}
+	if allIn {
+		// Only flat teams get here (oneMessage): copy the blocks out.
+		dl, off := dst.Local(), 0
+		for j := range c.n {
+			cnt, _ := countOf(j)
+			in := msg
+			if j != c.me {
+				in = c.inbox(j, hdrBytes+cnt*sizeOf[T]())
+			}
+			copy(dl[off:off+cnt], elems[T](in[hdrBytes:], cnt))
+			off += cnt
+		}
+		return total, nil
+	}
 	off := 0
 	for j := 0; j < c.me; j++ {
-		cnt, err := shmem.G(c.words, wordCount, c.world(j))
+		cnt, err := countOf(j)
 		if err != nil {
 			return 0, err
 		}
-		off += int(cnt)
+		off += cnt
 	}
 	if err := pushAll(&c, dst, src.Local()[:n], off); err != nil {
 		return 0, err
 	}
-	_, err = c.sync()
+	_, err := c.sync()
 	return total, err
 }
+
+// countBits is the width of the count in a Collect header's sum; the
+// bits above count the members whose block did not ride in the message.
+const countBits = 48
 
 // pushAll puts v into dst[off:off+len(v)] on every member, this one
 // included, starting with the right-hand neighbour so that no member is
