@@ -35,8 +35,14 @@ const (
 )
 
 // enter admits a call into the PE, or returns ErrFinalized once
-// Finalize has begun. A nil error must be paired with leave.
+// Finalize has begun. A nil error must be paired with leave. A call
+// refused by the first load never touches the count, so calls that keep
+// coming after Finalize began cannot keep settle from seeing it reach 0;
+// only a call that raced the state change bumps it, briefly.
 func (pe *PE) enter() error {
+	if pe.gate.Load()&stMask != stRunning {
+		return pe.finalizedErr()
+	}
 	if v := pe.gate.Add(1); v&stMask != stRunning {
 		pe.gate.Add(^uint64(0))
 		return pe.finalizedErr()
@@ -46,6 +52,9 @@ func (pe *PE) enter() error {
 
 // tryEnter is enter for the inlinable fast paths: false when refused.
 func (pe *PE) tryEnter() bool {
+	if pe.gate.Load()&stMask != stRunning {
+		return false
+	}
 	if pe.gate.Add(1)&stMask != stRunning {
 		pe.gate.Add(^uint64(0))
 		return false
@@ -58,6 +67,9 @@ func (pe *PE) leave() { pe.gate.Add(^uint64(0)) }
 
 // hold admits an internal helper in any state but closed.
 func (pe *PE) hold() bool {
+	if pe.gate.Load()&stMask == stClosed {
+		return false
+	}
 	if pe.gate.Add(1)&stMask == stClosed {
 		pe.gate.Add(^uint64(0))
 		return false
