@@ -162,7 +162,9 @@ func (l *Link) plan(off uint64, n int, buf *[maxStreams]part) []part {
 }
 
 // Put writes src at off of the peer's segment. It returns when src may be
-// reused, not when the data has arrived (that is Flush's job).
+// reused, not when the data has arrived (that is Flush's job). A small
+// src (up to 2 KiB) is copied and leaves with the next frame sent on the
+// stream, or within corkDelay (writer.go).
 func (l *Link) Put(off uint64, src []byte) error { return l.put(off, src, true) }
 
 // PutNBI is Put without waiting: src must not change until the next
@@ -177,7 +179,10 @@ func (l *Link) put(off uint64, src []byte, blocking bool) error {
 	ps := l.plan(off, len(src), &buf)
 	if len(ps) == 1 {
 		mode := sendLater
-		if blocking {
+		switch {
+		case blocking && len(src) <= copyMax:
+			mode = sendSoon // copied: written with the next frame (see corkDelay)
+		case blocking:
 			mode = sendNow
 		}
 		_, err := l.putOn(ps[0].st, off, src, mode, blocking && len(src) > copyMax)

@@ -154,6 +154,7 @@ const pollMax = 32
 // read, so Poll delays nobody's reply. Goroutines that poll at the same
 // time share the streams: each polls the free ones.
 func (m *Mesh) Poll(d time.Duration, done func() bool) bool {
+	m.Push()
 	now := mono()
 	yield := false // give the processor away after every look
 	if !m.spinOK(now) {
@@ -257,6 +258,20 @@ func takeFree(streams, held []*stream) []*stream {
 		st.rmu.Unlock()
 	}
 	return held
+}
+
+// Push writes the small blocking puts that wait in the mesh's send
+// queues for company (writer.go, corkDelay): a PE about to wait for its
+// peers calls it, since what it waits for may be their answer to those
+// puts. Cheap when nothing waits: one atomic load per stream.
+func (m *Mesh) Push() {
+	streams := m.pollList.Load()
+	if streams == nil {
+		return
+	}
+	for _, st := range *streams {
+		st.q.push()
+	}
 }
 
 // unpollLocked gives up a token that a Poll held: err is what its last

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/goshmem/goshmem/internal/errs"
 )
@@ -84,5 +85,60 @@ func TestPutStridedRefuses(t *testing.T) {
 	}
 	if err := l.PutStrided(1<<16-8, 1, src, 1, 8, 1); err != nil {
 		t.Fatalf("the last word: %v", err)
+	}
+}
+
+// A small blocking Put waits in the batch for company: with a Flush after
+// it, both leave in one write; alone, it still arrives, within corkDelay,
+// with no other call to carry it.
+func TestPutCork(t *testing.T) {
+	pes := newJob(t, 2, 1<<16, "127.0.0.1", func(c *Config) { c.Heartbeat = time.Hour })
+	l := link(t, pes, 0, 1)
+	q := l.streams[0].q
+	batches := func() uint64 {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.taken
+	}
+	before := batches()
+	if err := l.Put(0, []byte("12345678")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := batches() - before; n != 1 {
+		t.Errorf("Put + Flush took %d writes, want 1", n)
+	}
+	p := pes[1]
+	base := p.applied.Load()
+	if err := l.Put(8, []byte("abcdefgh")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.applied.Load() == base {
+		if time.Now().After(deadline) {
+			t.Fatal("a lone blocking Put never left its batch")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	p.sync()
+	if string(p.mem[:16]) != "12345678abcdefgh" {
+		t.Fatalf("segment %q", p.mem[:16])
+	}
+	// Push sends what waits at once.
+	base = p.applied.Load()
+	if err := l.Put(16, []byte("ABCDEFGH")); err != nil {
+		t.Fatal(err)
+	}
+	pes[0].m.Push()
+	if q.waiting.Load() {
+		t.Fatal("Push left a corked put waiting")
+	}
+	for p.applied.Load() == base {
+		if time.Now().After(deadline) {
+			t.Fatal("a pushed Put never arrived")
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }

@@ -134,7 +134,17 @@ const (
 	sendNow   = iota // blocking caller: write now if nobody else is
 	sendLater        // non-blocking caller: wake the writer goroutine
 	sendTry          // a stream's reader: try without blocking, else hand off
+	sendSoon         // a small blocking put, copied: write with the next frame, or after corkDelay
 )
+
+// corkDelay bounds how long a small blocking put waits in the batch for
+// company (sendSoon). A blocking put returns once its bytes are copied;
+// it is written with the next frame anyone sends on the stream (the
+// Quiet's FLUSH, a GET, a barrier's flag, a reply), by a wait of this PE
+// before it polls or sleeps (Mesh.Push), or, if none comes, by the writer
+// goroutine after corkDelay. So Put + Quiet costs one write, not two,
+// and a run of blocking puts leaves in few writes.
+const corkDelay = 20 * time.Microsecond
 
 var errShut = errors.New("netmesh: stream closing")
 
@@ -158,6 +168,9 @@ type sendQueue struct {
 	copied   int        // GET_RESP payload bytes copied into queued batches (replyCopyMax)
 
 	kick     chan struct{} // capacity 1: wakes the writer goroutine
+	corkT    *time.Timer   // sendSoon's deadline: wakes the writer goroutine
+	corked   bool          // under mu: corkT is armed
+	waiting  atomic.Bool   // sendSoon frames may wait in fill (Mesh.Push writes them)
 	activity atomic.Uint64 // batches taken: the watchdog's send clock
 	sent     atomic.Uint64 // frames that Flush covers, counted under mu after their append
 	flushed  atomic.Uint64 // the largest sent value a completed Flush covered
@@ -170,7 +183,39 @@ func newSendQueue(c *net.TCPConn, onErr func(error)) (*sendQueue, error) {
 	}
 	q := &sendQueue{conn: c, nb: newNBWriter(raw), onErr: onErr, fill: new(batch), spare: new(batch), kick: make(chan struct{}, 1)}
 	q.cond.L = &q.mu
+	q.corkT = time.AfterFunc(time.Hour, q.uncork)
+	q.corkT.Stop()
 	return q, nil
+}
+
+// uncork runs when corkDelay passed after a sendSoon: what is still
+// waiting in fill goes to the writer goroutine.
+func (q *sendQueue) uncork() {
+	q.mu.Lock()
+	q.corked = false
+	if !q.busy && q.fill.bytes > 0 && q.err == nil {
+		q.wake()
+	}
+	q.mu.Unlock()
+}
+
+// push writes what sendSoon left waiting in fill, unless someone is
+// writing already (then it leaves with their batch).
+func (q *sendQueue) push() {
+	if !q.waiting.Load() {
+		return
+	}
+	q.mu.Lock()
+	err := q.err
+	if !q.busy && q.fill.bytes > 0 && err == nil {
+		q.busy = true
+		err = q.writeUntil(q.taken + 1)
+		q.release()
+	}
+	q.mu.Unlock()
+	if err != nil {
+		q.onErr(err)
+	}
 }
 
 // open locks q and returns the batch to append to, or the reason nothing
@@ -197,6 +242,14 @@ func (q *sendQueue) commit(mode int, wait bool) error {
 	seq := q.taken + 1 // the caller's frames are in fill, which is batch taken+1
 	var err error
 	switch mode {
+	case sendSoon:
+		if !q.busy {
+			q.waiting.Store(true)
+			if !q.corked {
+				q.corked = true
+				q.corkT.Reset(corkDelay)
+			}
+		}
 	case sendTry:
 		if !q.busy {
 			err = q.tryFlush()
@@ -255,6 +308,12 @@ func (q *sendQueue) writeUntil(seq uint64) error {
 
 // take moves the fill batch in flight. q.mu is held by the owner.
 func (q *sendQueue) take() *batch {
+	if q.waiting.Load() {
+		q.waiting.Store(false)
+		if q.corked && q.corkT.Stop() {
+			q.corked = false // what it waited for leaves now: no goroutine for the timer
+		}
+	}
 	b := q.fill
 	q.fill, q.spare, q.inflight = q.spare, nil, b
 	q.taken++

@@ -38,6 +38,11 @@ func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
 	if cond() {
 		return nil
 	}
+	if pe.hasRemote {
+		// What this PE waits for may be a peer's answer to a small put
+		// still waiting in a send queue for company: send it now.
+		pe.mesh.Push()
+	}
 	start := time.Now()
 	for {
 		for i := 0; i < spinBetween; i++ {
