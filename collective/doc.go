@@ -24,9 +24,12 @@
 // scratch in one exchange (flat on teams of up to 8, recursive doubling
 // on larger ones); larger ones by direct reads and writes of the
 // members' buffers between an entry and an exit exchange, straight in
-// the peers' mapped heaps over shared memory, with no staging copy. docs/collectives.md has the algorithms, the crossovers and the
-// measured figures; GOSHMEM_COLLECTIVE_ALGO (auto, rd, direct, ring)
-// forces one (docs/env.md).
+// the peers' mapped heaps over shared memory, with no staging copy. On
+// teams that span hosts AllReduce pushes (halves, or a ring) and a large
+// Broadcast is a scatter and an allgather. docs/collectives.md has the
+// algorithms, the crossovers and the measured figures;
+// GOSHMEM_COLLECTIVE_ALGO (auto, rd, direct, ring) forces one
+// (docs/env.md).
 //
 // Caveats:
 //   - Collectives of one PE on one team are serialised (a lock of the
@@ -49,4 +52,10 @@
 //   - Floating-point sums may differ in the last bits from a serial sum
 //     in rank order (the algorithms combine in other orders); every
 //     member of an AllReduce gets the same bits.
+//   - A Finalize on another goroutine of the PE ends a collective in
+//     progress with shmem.ErrFinalized; the call holds the PE open
+//     (Finalize does not unmap its memory) until it returns.
+//   - Agreement compares 64-bit digests of the members' arguments; two
+//     different argument sets with the same digest (a chance of about
+//     2^-63) would not be caught.
 package collective
