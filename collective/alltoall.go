@@ -48,7 +48,7 @@ func allToAll[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], dstStride, src
 	if c.local == nil && overlaps(dst, src) {
 		c.fail(fmt.Errorf("collective: %v: dst and src overlap: %w", c.what, shmem.ErrInvalid))
 	}
-	c.desc = digest(coll, uint64(k), uint64(n), uint64(dstStride), uint64(srcStride), uint64(c.algo))
+	c.desc = digest(coll, uint64(k), uint64(n), uint64(dstStride), uint64(srcStride), uint64(c.algo), dst.Offset(), src.Offset())
 	if c.local == nil && c.oneMessage(n*c.n*sizeOf[T]()) {
 		return allToAllFlat(&c, dst, src, dstStride, srcStride, n)
 	}

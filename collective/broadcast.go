@@ -25,7 +25,7 @@ func Broadcast[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], root int) err
 		c.fail(fmt.Errorf("collective: %v of a %d-PE team: %w", c.what, c.n, shmem.ErrBadPE))
 	}
 	c.fail(lenCheck(dst, n, "dst", c.what))
-	c.desc = digest(collBroadcast, uint64(k), uint64(n), uint64(root), uint64(c.algo))
+	c.desc = digest(collBroadcast, uint64(k), uint64(n), uint64(root), uint64(c.algo), dst.Offset(), src.Offset())
 	if c.local != nil {
 		_, err := c.sync()
 		return err

@@ -126,7 +126,9 @@ const (
 )
 
 // A descriptor is a 64-bit digest of a call's arguments that must agree
-// on every member. A member whose own arguments are wrong sends one of
+// on every member, the offsets of dst and src included: a member that
+// passed another object would otherwise have the others write into it
+// at the offsets of theirs. A member whose own arguments are wrong sends one of
 // the small codes below instead; valid digests have the top bit set, so
 // the minimum over the team is a code whenever any member is wrong.
 const (

@@ -25,7 +25,7 @@ func FCollect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T]) error {
 	if c.local == nil && overlaps(dst, src) {
 		c.fail(fmt.Errorf("collective: %v: dst and src overlap: %w", c.what, shmem.ErrInvalid))
 	}
-	c.desc = digest(collFCollect, uint64(k), uint64(n), uint64(c.algo))
+	c.desc = digest(collFCollect, uint64(k), uint64(n), uint64(c.algo), dst.Offset(), src.Offset())
 	if c.local == nil && c.oneMessage(n*sizeOf[T]()) {
 		return fcollectFlat(&c, dst, src)
 	}
@@ -88,7 +88,7 @@ func Collect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], n int) (int, er
 	if c.local == nil && overlaps(dst, src) {
 		c.fail(fmt.Errorf("collective: %v: dst and src overlap: %w", c.what, shmem.ErrInvalid))
 	}
-	c.desc = digest(collCollect, uint64(k), uint64(c.algo))
+	c.desc = digest(collCollect, uint64(k), uint64(c.algo), dst.Offset(), src.Offset())
 	// The entry exchange carries, in every header, the member's count
 	// and whether its block rides in the message (the sum's low and high
 	// bits: counts are below 2^48, teams below 2^15 members), and the

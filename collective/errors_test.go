@@ -75,6 +75,13 @@ var errCases = []errCase{
 		}
 		return AllReduce(t, b.dst.Slice(0, 4), b.src.Slice(0, 4), Sum)
 	}},
+	{"different objects", shmem.ErrAsymmetric, true, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		d := b.dst.Slice(0, 40)
+		if me == 0 {
+			d = b.dst.Slice(8, 48)
+		}
+		return AllReduce(t, d, b.src.Slice(0, 40), Sum)
+	}},
 	{"different roots", shmem.ErrAsymmetric, true, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
 		return Broadcast(t, b.dst.Slice(0, 4), b.src.Slice(0, 4), me%2)
 	}},

@@ -40,7 +40,7 @@ func scan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, inclusive b
 	c.fail(symCheck(&c, src, "src"))
 	c.fail(symCheck(&c, dst, "dst"))
 	c.fail(lenCheck(dst, n, "dst", c.what))
-	c.desc = digest(coll, uint64(op), uint64(k), uint64(n), uint64(c.algo))
+	c.desc = digest(coll, uint64(op), uint64(k), uint64(n), uint64(c.algo), dst.Offset(), src.Offset())
 	last := c.me // members 0..last are folded in
 	if !inclusive {
 		last--
