@@ -118,6 +118,7 @@ func TestMatrixAlgorithms(t *testing.T) {
 	for _, a := range []string{"rd", "direct", "ring"} {
 		t.Run(a, func(t *testing.T) {
 			each(t, "matrix", []route{goroutines}, []string{envAlgo + "=" + a}, 5, 10)
+			each(t, "matrix", []route{mixed}, []string{envAlgo + "=" + a}, 4)
 		})
 	}
 }

@@ -224,6 +224,9 @@ const blockBytes = 64 << 10
 // far[j], when set, is member j's src from element base on, fetched
 // because its heap is not mapped here.
 func reduceChunk[T shmem.Elem](c *call, k kind, op Op, d []T, src shmem.Sym[T], lo, hi, base, start int, far [][]T) error {
+	if hi == lo {
+		return nil // an empty chunk (fewer elements than members): nothing was fetched
+	}
 	at := func(j int) []T {
 		if far != nil && far[j] != nil {
 			return far[j][lo-base : hi-base]
