@@ -55,6 +55,10 @@
 //   - A Finalize on another goroutine of the PE ends a collective in
 //     progress with shmem.ErrFinalized; the call holds the PE open
 //     (Finalize does not unmap its memory) until it returns.
+//   - Agreement covers the collectives of this package except Barrier,
+//     which is Team.Sync: a member in Barrier (or in Team.Sync, Split
+//     or Destroy) while another is in another collective waits until
+//     the PE's timeout (ErrTimeout), as a mismatched barrier does.
 //   - Agreement compares 64-bit digests of the members' arguments; two
 //     different argument sets with the same digest (a chance of about
 //     2^-63) would not be caught.
