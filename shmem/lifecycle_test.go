@@ -363,3 +363,111 @@ var _ = register("slices-after-finalize", func(pe *shmem.PE) error {
 })
 
 func TestSlicesAfterFinalize(t *testing.T) { each(t, "slices-after-finalize", 1, 3) }
+
+// A ClearLock whose wait for its successor to link times out still
+// hands the lock on once the successor links. PE 1 plays a successor
+// that swapped itself into the queue's tail but links only after PE 0's
+// ClearLock gave up, by writing the lock words as the layout in
+// shmem/lock.go says: tail (PE number + 1) in the low half of the home
+// PE's word, a node (successor + 1, granted bit 31) in the high half of
+// each PE's word.
+var _ = register("clearlock-successor-late", func(pe *shmem.PE) error {
+	me, np := pe.MyPE(), pe.NPEs()
+	if np != 2 || pe.Info().Timeout > 10*time.Second {
+		return fmt.Errorf("clearlock-successor-late wants 2 PEs and a short timeout")
+	}
+	lock, err := shmem.Malloc[int64](pe, 1)
+	if err != nil {
+		return err
+	}
+	gaveUp, err := shmem.Malloc[int64](pe, 1) // 1 on PE 1 once PE 0's ClearLock gave up
+	if err != nil {
+		return err
+	}
+	home := int(lock.Offset()/8) % np
+	if me == 0 {
+		if err := shmem.SetLock(lock); err != nil {
+			return err
+		}
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	if me == 1 {
+		// Swap PE 1 in as the tail, without linking behind PE 0.
+		for {
+			old, err := shmem.AtomicFetch(lock, 0, home)
+			if err != nil {
+				return err
+			}
+			if got, err := shmem.AtomicCompareSwap(lock, 0, old, old&^0xFFFFFFFF|2, home); err != nil {
+				return err
+			} else if got == old {
+				break
+			}
+		}
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	if me == 0 {
+		if err := shmem.ClearLock(lock); !errors.Is(err, shmem.ErrTimeout) {
+			return fmt.Errorf("ClearLock with a successor that never links: %v, want ErrTimeout", err)
+		}
+		if err := shmem.AtomicSet(gaveUp, 0, 1, 1); err != nil {
+			return err
+		}
+	}
+	if me == 1 {
+		// PE 0 needs a whole timeout to give up: wait through a few.
+		for try := 0; ; try++ {
+			err := shmem.WaitUntil(gaveUp, 0, shmem.CmpEQ, 1)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, shmem.ErrTimeout) || try == 5 {
+				return err
+			}
+		}
+		// Link now; PE 0 must grant PE 1's node.
+		if err := shmem.AtomicOr(lock, 0, int64(2)<<32, 0); err != nil {
+			return err
+		}
+		if err := pe.Quiet(); err != nil {
+			return err
+		}
+		if err := shmem.WaitUntil(lock, 0, shmem.CmpLT, 0); err != nil { // bit 63: granted
+			return fmt.Errorf("the late successor was never granted the lock: %w", err)
+		}
+		// Release as a holder without a successor would: clear the tail.
+		for {
+			old, err := shmem.AtomicFetch(lock, 0, home)
+			if err != nil {
+				return err
+			}
+			if old&0xFFFFFFFF != 2 {
+				return fmt.Errorf("tail %d, want PE 1's", old&0xFFFFFFFF)
+			}
+			if got, err := shmem.AtomicCompareSwap(lock, 0, old, old&^0xFFFFFFFF, home); err != nil {
+				return err
+			} else if got == old {
+				break
+			}
+		}
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	// Both PEs, the one whose ClearLock failed included, take it again.
+	if err := shmem.SetLock(lock); err != nil {
+		return fmt.Errorf("SetLock after the late hand-over: %w", err)
+	}
+	if err := shmem.ClearLock(lock); err != nil {
+		return err
+	}
+	return pe.BarrierAll()
+})
+
+func TestClearLockSuccessorLate(t *testing.T) {
+	eachTimeout(t, "clearlock-successor-late", 2*time.Second, 2)
+}
