@@ -245,41 +245,35 @@ func reduceChunk[T shmem.Elem](c *call, k kind, op Op, d []T, src shmem.Sym[T], 
 }
 
 // reducePair is AllReduce on two members on different hosts, with dst
-// and src apart: pushes only, no Get round trips. After the entry
-// exchange each member puts the half of its src that the other reduces
-// (partition) into the other's dst, where that half of the result will
-// be; after a middle exchange it folds its own src into the half that
-// landed in its dst, puts the result into the other's dst, and the exit
-// exchange ends the call. Each half is folded as (other's op mine), the
-// same on both members for the commutative operators.
+// and src apart: pushes only, no Get round trips and no exit exchange.
+// After the entry exchange each member puts the half of its src that
+// the other reduces (partition) into the other's dst, where that half
+// of the result will be, with a signal in the same PutSignal; once the
+// other's half has landed in its own dst it folds its src in (other's op
+// mine, the same on both members for the commutative operators) and
+// puts the result back the same way. A member returns once the other's
+// result has landed: nothing more will be written into its dst, and no
+// one reads its buffers, so no exit exchange is needed.
 func reducePair[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) error {
 	n := src.Len()
-	other := 1 - c.me
+	other := c.world(1 - c.me)
 	lo, hi := partition(n, 2, c.me)
-	olo, ohi := partition(n, 2, other)
+	olo, ohi := partition(n, 2, 1-c.me)
 	sl, dl := src.Local(), dst.Local()
-	if ohi > olo {
-		if err := shmem.Put(dst.Slice(olo, ohi), sl[olo:ohi], c.world(other)); err != nil {
-			return err
-		}
-	}
-	if err := c.complete(); err != nil {
+	base := c.lw[wordRingSeq]
+	c.lw[wordRingSeq] = base + 2
+	sig := c.words.Slice(wordRingIn, wordRingIn+1)
+	if err := shmem.PutSignal(dst.Slice(olo, ohi), sl[olo:ohi], sig, base+1, shmem.SignalSet, other); err != nil {
 		return err
 	}
-	if _, err := c.sync(); err != nil {
+	if err := shmem.WaitUntil(c.words, wordRingIn, shmem.CmpGE, base+1); err != nil {
 		return err
 	}
 	combine(k, op, dl[lo:hi], dl[lo:hi], sl[lo:hi])
-	if hi > lo {
-		if err := shmem.Put(dst.Slice(lo, hi), dl[lo:hi], c.world(other)); err != nil {
-			return err
-		}
-	}
-	if err := c.complete(); err != nil {
+	if err := shmem.PutSignal(dst.Slice(lo, hi), dl[lo:hi], sig, base+2, shmem.SignalSet, other); err != nil {
 		return err
 	}
-	_, err := c.sync()
-	return err
+	return shmem.WaitUntil(c.words, wordRingIn, shmem.CmpGE, base+2)
 }
 
 // reduceRing is the ring reduce-scatter + allgather of ringStep, for
@@ -350,7 +344,8 @@ func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) err
 // A member writes chunk c of its neighbour's dst in reduce-scatter step
 // s, and again in allgather step s+1; in between, the neighbour sent
 // the chunk on, which the chunk's finishing (and so its coming round
-// again) waits for. It writes no other member's buffers.
+// again) waits for. It writes no other member's buffers and reads none,
+// so, once its own last chunk has landed, it may return.
 func reducePushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) error {
 	n, np := src.Len(), c.n
 	base := c.lw[wordRingSeq]
@@ -378,9 +373,8 @@ func reducePushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op)
 			combine(k, op, dl[rlo:rhi], dl[rlo:rhi], sl[rlo:rhi])
 		}
 	}
-	if err := c.complete(); err != nil {
-		return err
-	}
-	_, err := c.sync()
-	return err
+	// The last write into this member's dst was its left neighbour's
+	// last step, awaited above, and its own last write into its right
+	// neighbour's dst is awaited there: no exit exchange.
+	return nil
 }
