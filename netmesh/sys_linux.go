@@ -15,7 +15,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"slices"
 	"syscall"
 	"time"
@@ -194,7 +193,7 @@ func (s *spinState) poll(fd uintptr) bool {
 			last = now
 		}
 		if i%spinYield == 0 {
-			runtime.Gosched()
+			spinYieldOS()
 			last = mono() // time given away is not time lost
 		}
 	}

@@ -171,6 +171,7 @@ func joinJob(cfg Config, env boot.Env, host string) (pe *PE, err error) {
 		if err != nil {
 			return nil, err
 		}
+		pe.machinePEs = env.MachinePEs
 		if err := pe.startMesh(env.JobID, env.Key, la); err != nil {
 			return nil, err
 		}

@@ -56,6 +56,10 @@ type PE struct {
 	closers []func()
 
 	mesh *netmesh.Mesh // links to PEs on other hosts, if any
+	// machinePEs is what the launcher says runs on this machine
+	// (boot.EnvMachinePEs; 0 unknown): PEs in other network namespaces,
+	// which neither the mapped heaps nor the addresses reveal.
+	machinePEs int
 
 	// Run jobs only.
 	job *runJob

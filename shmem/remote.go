@@ -189,7 +189,7 @@ func (pe *PE) connectMesh(ctx context.Context, addrs []string) error {
 		pe.peers[r].link = tcpLink{l}
 		pe.peers[r].addr = peers[r] // the address it listens on
 	}
-	pe.mesh.SetOversubscribed(onThisMachine(pe, addrs) > runtime.NumCPU())
+	pe.mesh.SetOversubscribed(max(onThisMachine(pe, addrs), pe.machinePEs) > runtime.NumCPU())
 	return nil
 }
 
@@ -198,8 +198,8 @@ func (pe *PE) connectMesh(ctx context.Context, addrs []string) error {
 // remote ones that listen on a loopback address or on one of this
 // machine's own addresses (pretend hosts, or several hosts' worth of PEs
 // started on one machine). PEs in other network namespaces of the same
-// machine are not seen; netmesh's spin policy notices them by itself
-// when polling stops paying.
+// machine are not seen: the launcher's count (boot.EnvMachinePEs) covers
+// them.
 func onThisMachine(pe *PE, addrs []string) int {
 	local := map[string]bool{}
 	if ifAddrs, err := net.InterfaceAddrs(); err == nil {

@@ -30,6 +30,11 @@ const (
 	// uses the machine's own host name. PEs with equal host identities
 	// share memory directly.
 	EnvHost = "GOSHMEM_HOST"
+	// EnvMachinePEs is the number of PEs the launcher started on this
+	// machine, whatever their host identities or network namespaces:
+	// they share its CPUs. Optional (a decimal integer in [1, size]);
+	// the runtime uses it to tell whether the machine is oversubscribed.
+	EnvMachinePEs = "GOSHMEM_MACHINE_PES"
 )
 
 // LauncherGoshrun is the value of EnvLauncher under goshrun.
@@ -47,6 +52,7 @@ type Env struct {
 	Rendezvous string
 	Launcher   string // may be empty
 	Host       string // may be empty
+	MachinePEs int    // PEs the launcher started on this machine; 0 when unknown
 }
 
 // ParseEnv reads the launcher environment through lookup (os.LookupEnv in
@@ -102,5 +108,15 @@ func ParseEnv(lookup func(string) (string, bool)) (env Env, ok bool, err error) 
 	}
 	env.Launcher, _ = lookup(EnvLauncher)
 	env.Host, _ = lookup(EnvHost)
+	if v, set := lookup(EnvMachinePEs); set && v != "" {
+		n, err := num(EnvMachinePEs, v)
+		if err == nil && (n < 1 || n > env.Size) {
+			err = fmt.Errorf("boot: %s=%d in a job of %d PEs: %w", EnvMachinePEs, n, env.Size, errs.Invalid)
+		}
+		if err != nil {
+			return Env{}, true, err
+		}
+		env.MachinePEs = n
+	}
 	return env, true, nil
 }

@@ -335,11 +335,17 @@ func TestParseEnv(t *testing.T) {
 	if _, ok, err := ParseEnv(lookup(nil)); ok || err != nil {
 		t.Fatalf("empty environment: %v %v", ok, err)
 	}
-	for k, v := range map[string]string{EnvRank: "4", EnvSize: "x", EnvKey: "abcd", EnvJobID: ""} {
+	for _, kv := range [][2]string{{EnvRank, "4"}, {EnvSize, "x"}, {EnvKey, "abcd"}, {EnvJobID, ""},
+		{EnvMachinePEs, "0"}, {EnvMachinePEs, "5"}, {EnvMachinePEs, "two"}} {
 		bad := maps.Clone(good)
-		bad[k] = v
+		bad[kv[0]] = kv[1]
 		if _, _, err := ParseEnv(lookup(bad)); !errors.Is(err, errs.Invalid) {
-			t.Errorf("%s=%q: %v", k, v, err)
+			t.Errorf("%s=%q: %v", kv[0], kv[1], err)
 		}
+	}
+	withMachine := maps.Clone(good)
+	withMachine[EnvMachinePEs] = "4"
+	if env, _, err := ParseEnv(lookup(withMachine)); err != nil || env.MachinePEs != 4 {
+		t.Fatalf("%s=4: %+v %v", EnvMachinePEs, env, err)
 	}
 }

@@ -18,6 +18,7 @@
 //	GOSHMEM_RENDEZVOUS  boot.EnvRendezvous  host:port of the boot server
 //	GOSHMEM_LAUNCHER    boot.EnvLauncher    "goshrun"
 //	GOSHMEM_HOST        boot.EnvHost        Job.Hosts[rank], only when Hosts is set
+//	GOSHMEM_MACHINE_PES boot.EnvMachinePEs  N: every PE runs on this machine
 //
 // # Ending a job
 //

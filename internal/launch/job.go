@@ -173,7 +173,7 @@ func (j *Job) environ(jobID string, key []byte, rendezvous string) []string {
 	for _, kv := range os.Environ() {
 		switch k, _, _ := strings.Cut(kv, "="); k {
 		case boot.EnvRank, boot.EnvSize, boot.EnvJobID, boot.EnvKey,
-			boot.EnvRendezvous, boot.EnvLauncher, boot.EnvHost:
+			boot.EnvRendezvous, boot.EnvLauncher, boot.EnvHost, boot.EnvMachinePEs:
 		default:
 			env = append(env, kv)
 		}
@@ -185,6 +185,7 @@ func (j *Job) environ(jobID string, key []byte, rendezvous string) []string {
 		boot.EnvKey+"="+hex.EncodeToString(key),
 		boot.EnvRendezvous+"="+rendezvous,
 		boot.EnvLauncher+"="+boot.LauncherGoshrun,
+		boot.EnvMachinePEs+"="+strconv.Itoa(j.N), // goshrun starts every PE here
 	)
 }
 
