@@ -1,8 +1,11 @@
 package collective
 
 import (
+	"fmt"
 	"math/bits"
 	"testing"
+
+	"github.com/goshmem/goshmem/shmem"
 )
 
 // partition covers [0, n) exactly once with contiguous chunks in order
@@ -113,5 +116,35 @@ func TestGeometry(t *testing.T) {
 	}
 	if g := newGeometry(4, 1216); g.payloadCap() < 64 {
 		t.Fatalf("a 4-PE team's messages carry %d bytes", g.payloadCap())
+	}
+}
+
+// The layout of the collective area (area.go) fits what shmem hands out
+// and its word indices are pinned: other members address them by index.
+func TestAreaLayout(t *testing.T) {
+	err := shmem.Run(1, func(pe *shmem.PE) error {
+		words, bytes := pe.World().CollectiveArea()
+		if words.Len() != 40 || bytes.Len() != 1216 {
+			return fmt.Errorf("collective area of %d words and %d bytes, want 40 and 1216", words.Len(), bytes.Len())
+		}
+		if bytes.Offset() != words.Offset()+8*40 || bytes.Offset()%64 != 0 {
+			return fmt.Errorf("scratch at offset %d after words at %d", bytes.Offset(), words.Offset())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string][2]int{
+		"wordSeq": {wordSeq, 0}, "wordCount": {wordCount, 1}, "wordRingSeq": {wordRingSeq, 2},
+		"wordRingIn": {wordRingIn, 3}, "wordSignals": {wordSignals, 8}, "slotsPer": {slotsPer, 16},
+		"hdrBytes": {hdrBytes, 32}, "flatMax": {flatMax, 8}, "countBits": {countBits, 48},
+	} {
+		if got[0] != got[1] {
+			t.Errorf("%s = %d, want %d", name, got[0], got[1])
+		}
+	}
+	if sigWord(1, slotsPer-1) >= 40 {
+		t.Errorf("the last signal word, %d, is past the 40 words", sigWord(1, slotsPer-1))
 	}
 }
