@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/auth"
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
@@ -355,7 +356,7 @@ func TestAuthRefusals(t *testing.T) {
 				t.Fatal(err)
 			}
 			wrong := bytes.Repeat([]byte{7}, 32)
-			c.Write(appendProof(nil, mac(wrong, labelClient, raw, cb[:])))
+			c.Write(appendProof(nil, auth.MAC(wrong, labelClient, raw, cb[:])))
 			c.Write(put) // never applied
 			if code := readRefusal(t, c); code != refuseAuth {
 				t.Fatalf("refusal code %d", code)

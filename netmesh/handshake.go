@@ -1,13 +1,11 @@
 package netmesh
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 
+	"github.com/goshmem/goshmem/internal/auth"
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
@@ -297,15 +295,6 @@ func hsErr(format string, args ...any) error {
 	return &refusal{code: refuseMalformed, msg: fmt.Sprintf(format, args...)}
 }
 
-func mac(key []byte, label string, parts ...[]byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(label))
-	for _, p := range parts {
-		m.Write(p)
-	}
-	return m.Sum(nil)
-}
-
 // refuse tells the peer why, best effort, and returns err.
 func refuse(w io.Writer, err error) error {
 	var r *refusal
@@ -345,9 +334,9 @@ func serverHandshake(rw io.ReadWriter, p *hsParams, admit func(*hello) byte) (he
 		return h, refuse(rw, err)
 	}
 	c := challenge{server: uint32(p.rank), memSize: p.memSize}
-	rand.Read(c.nonce[:])
+	copy(c.nonce[:], auth.Nonce())
 	cb := appendChallenge(make([]byte, 0, challengeLen), &c)
-	copy(cb[challengeMACAt:], mac(p.key, labelServer, raw, cb[:challengeMACAt]))
+	copy(cb[challengeMACAt:], auth.MAC(p.key, labelServer, raw, cb[:challengeMACAt]))
 	if _, err := rw.Write(cb); err != nil {
 		return h, authIO("writing CHALLENGE", err)
 	}
@@ -359,7 +348,7 @@ func serverHandshake(rw io.ReadWriter, p *hsParams, admit func(*hello) byte) (he
 	if err != nil {
 		return h, refuse(rw, err)
 	}
-	if !hmac.Equal(got, mac(p.key, labelClient, raw, cb)) {
+	if !auth.Equal(got, auth.MAC(p.key, labelClient, raw, cb)) {
 		return h, refuse(rw, &refusal{code: refuseAuth, msg: fmt.Sprintf("PE %d's proof does not verify with the job key", h.client)})
 	}
 	if code := admit(&h); code != 0 {
@@ -384,7 +373,7 @@ func clientHandshake(rw io.ReadWriter, p *hsParams, server, stream int) (uint64,
 		streams: uint16(p.streams),
 		memSize: p.memSize,
 	}
-	rand.Read(h.nonce[:])
+	copy(h.nonce[:], auth.Nonce())
 	raw := appendHello(make([]byte, 0, helloLen(len(h.jobID))), &h)
 	if _, err := rw.Write(raw); err != nil {
 		return 0, err
@@ -410,10 +399,10 @@ func clientHandshake(rw io.ReadWriter, p *hsParams, server, stream int) (uint64,
 	if int64(c.server) != int64(server) {
 		return 0, refuse(rw, &refusal{code: refuseRank, msg: fmt.Sprintf("dialled PE %d, reached PE %d", server, c.server)})
 	}
-	if !hmac.Equal(c.mac[:], mac(p.key, labelServer, raw, cb[:challengeMACAt])) {
+	if !auth.Equal(c.mac[:], auth.MAC(p.key, labelServer, raw, cb[:challengeMACAt])) {
 		return 0, refuse(rw, &refusal{code: refuseAuth, msg: fmt.Sprintf("PE %d's challenge does not verify with the job key", server)})
 	}
-	if _, err := rw.Write(appendProof(make([]byte, 0, proofLen), mac(p.key, labelClient, raw, cb[:]))); err != nil {
+	if _, err := rw.Write(appendProof(make([]byte, 0, proofLen), auth.MAC(p.key, labelClient, raw, cb[:]))); err != nil {
 		return 0, err
 	}
 	var ab [acceptLen]byte

@@ -3,7 +3,6 @@ package shmem
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/heap"
+	"github.com/goshmem/goshmem/internal/auth"
 	"github.com/goshmem/goshmem/internal/boot"
 )
 
@@ -41,8 +41,10 @@ import (
 //	afterwards, the liveness link: one byte segBye ('B') at Finalize, then
 //	  the close. End of file without it means the peer died.
 //
-// segMAC is HMAC-SHA256 over label | first nonce | second nonce | job id |
-// first rank (4 bytes) | second rank (4 bytes). Nonces are fresh per
+// segMAC is the runtime's one challenge-response MAC (internal/auth:
+// HMAC-SHA256 with the job key over length-prefixed fields) of label,
+// first nonce, second nonce, job id, first rank and second rank (4 bytes
+// big-endian each). Nonces are fresh per
 // connection and each MAC binds its direction, so no message can be
 // replayed or reflected. Neither side sends its descriptor before the
 // other has proven it holds the job key: a local stranger that connects
@@ -58,7 +60,7 @@ const (
 	segMagic            = "GSHMSEG2"
 	segVersion          = 2
 	segHelloSize        = 48
-	segMACSize          = sha256.Size // 32
+	segMACSize          = auth.MACSize // 32
 	segBye              = 'B'
 	segHandshakeTimeout = 5 * time.Second
 	segMaxHandshakes    = 16 // connections the acceptor handles at once
@@ -113,16 +115,7 @@ func parseSegHello(b []byte) (segHello, error) {
 }
 
 func segMAC(key []byte, label string, nonce1, nonce2 []byte, jobID string, rank1, rank2 int) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(label))
-	m.Write(nonce1)
-	m.Write(nonce2)
-	m.Write([]byte(jobID))
-	var r [8]byte
-	binary.BigEndian.PutUint32(r[:4], uint32(rank1))
-	binary.BigEndian.PutUint32(r[4:], uint32(rank2))
-	m.Write(r[:])
-	return m.Sum(nil)
+	return auth.MAC(key, label, nonce1, nonce2, []byte(jobID), auth.Uint32(uint32(rank1)), auth.Uint32(uint32(rank2)))
 }
 
 // segConn is one side of one exchange connection.
@@ -136,7 +129,7 @@ type segConn struct {
 
 func (sc *segConn) sendHello() error {
 	sc.mine = segHello{version: segVersion, rank: uint32(sc.me)}
-	rand.Read(sc.mine.nonce[:])
+	copy(sc.mine.nonce[:], auth.Nonce())
 	_, err := sc.c.Write(appendSegHello(nil, sc.mine))
 	return err
 }
@@ -168,7 +161,7 @@ func (sc *segConn) recvSeg(label string, size uint64) (*heap.Segment, error) {
 		return nil, err
 	}
 	want := segMAC(sc.env.Key, label, sc.mine.nonce[:], sc.theirs.nonce[:], sc.env.JobID, sc.peer, sc.me)
-	if n != segMACSize || !hmac.Equal(buf[:n], want) {
+	if n != segMACSize || !auth.Equal(buf[:n], want) {
 		heap.CloseFD(fd)
 		return nil, fmt.Errorf("shmem: same-host PE %d failed the job-key check: %w", sc.peer, ErrAuth)
 	}
@@ -226,7 +219,7 @@ func (sc *segConn) accept(fd int, want func(int) bool, size func(int) uint64) (*
 	if _, err := io.ReadFull(sc.c, proof[:]); err != nil {
 		return nil, err
 	}
-	if !hmac.Equal(proof[:], segMAC(sc.env.Key, segLabelProof, sc.mine.nonce[:], sc.theirs.nonce[:], sc.env.JobID, r, sc.me)) {
+	if !auth.Equal(proof[:], segMAC(sc.env.Key, segLabelProof, sc.mine.nonce[:], sc.theirs.nonce[:], sc.env.JobID, r, sc.me)) {
 		return nil, fmt.Errorf("connection claiming to be PE %d failed the job-key check: %w", r, ErrAuth)
 	}
 	if err := sc.sendSeg(fd, segLabelAcceptor); err != nil {

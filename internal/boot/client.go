@@ -2,7 +2,6 @@ package boot
 
 import (
 	"context"
-	"crypto/hmac"
 	"errors"
 	"fmt"
 	"math"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 
+	"github.com/goshmem/goshmem/internal/auth"
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
@@ -174,7 +174,7 @@ func (c *Client) handshake(addr, jobID string, key []byte) error {
 		c.refuse(errCodeProtocol, "expected Welcome")
 		return fail("expected Welcome, got message kind %#02x: %w", m.kind(), errs.Protocol)
 	}
-	if !hmac.Equal(serverMAC(key, cn, hm.Nonce, jobID, c.rank), wm.MAC) {
+	if !auth.Equal(serverMAC(key, cn, hm.Nonce, jobID, c.rank), wm.MAC) {
 		c.refuse(errCodeAuth, "server MAC does not verify")
 		return fail("the server did not prove it holds the job key")
 	}

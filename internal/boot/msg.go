@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 
+	"github.com/goshmem/goshmem/internal/auth"
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
@@ -31,7 +32,7 @@ const (
 const (
 	helloMagic   = "goshboot"
 	helloVersion = 1
-	nonceSize    = 32
+	nonceSize    = auth.NonceSize
 	macSize      = 32 // HMAC-SHA256
 )
 

@@ -306,7 +306,12 @@ func TestMACs(t *testing.T) {
 	cn := bytes.Repeat([]byte{2}, 32)
 	ref := func(label string, a, b []byte) []byte {
 		m := hmac.New(sha256.New, key)
-		m.Write(append(append(append(append([]byte(label), a...), b...), "job"...), 0, 0, 1, 2))
+		field := func(f []byte) { m.Write([]byte{0, 0, 0, byte(len(f))}); m.Write(f) }
+		field([]byte(label))
+		field(a)
+		field(b)
+		field([]byte("job"))
+		field([]byte{0, 0, 1, 2})
 		return m.Sum(nil)
 	}
 	if got := clientMAC(key, sn, cn, "job", 258); !bytes.Equal(got, ref("goshmem-boot-client", sn, cn)) {

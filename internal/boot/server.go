@@ -2,7 +2,6 @@ package boot
 
 import (
 	"context"
-	"crypto/hmac"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 
+	"github.com/goshmem/goshmem/internal/auth"
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
@@ -370,7 +370,7 @@ func (s *Server) handshake(c *srvConn) bool {
 	j := m.(*join)
 	// The MAC first: a peer that cannot prove the key learns nothing
 	// about the job's ranks.
-	if !hmac.Equal(clientMAC(s.key, sn, j.Nonce, s.jobID, j.Rank), j.MAC) {
+	if !auth.Equal(clientMAC(s.key, sn, j.Nonce, s.jobID, j.Rank), j.MAC) {
 		s.refuse(c, errCodeAuth, "join refused: MAC does not verify (wrong job key or job id)")
 		return false
 	}

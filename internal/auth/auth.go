@@ -1,0 +1,74 @@
+// Package auth is goshmem's one challenge-response primitive. Every
+// handshake of the runtime (a PE joining the launcher's boot server,
+// two PEs opening a mesh connection, two same-host PEs exchanging their
+// segments) proves knowledge of the job key the same way: each side
+// sends a fresh nonce, and each answers with MAC over a label naming the
+// exchange and its direction and over the fields both sides agree on
+// (both nonces among them). The key itself never goes on the wire.
+//
+// MAC is HMAC-SHA256 keyed with the job key over the label and then
+// each field preceded by its length, 4 bytes big-endian:
+//
+//	MAC(key, label, f1, ..., fn) = HMAC-SHA256(key,
+//	    len(label) ‖ label ‖ len(f1) ‖ f1 ‖ ... ‖ len(fn) ‖ fn)
+//
+// so no two different lists of fields hash the same bytes, whatever the
+// fields hold. Labels differ per exchange and per direction, so a MAC
+// made for one message is never accepted as another's (no reflection),
+// and fresh nonces on both sides keep a recorded exchange from being
+// replayed.
+//
+// Caveats: a MAC proves the key, nothing else. The job key sits in each
+// PE's environment (readable by the user's other processes); see
+// docs/env.md.
+package auth
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+)
+
+// NonceSize is the length of a nonce; MACSize that of a MAC.
+const (
+	NonceSize = 32
+	MACSize   = sha256.Size
+)
+
+// MAC returns the MAC of fields under label with key (see the package
+// doc for the exact bytes).
+func MAC(key []byte, label string, fields ...[]byte) []byte {
+	m := hmac.New(sha256.New, key)
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(label)))
+	m.Write(n[:])
+	m.Write([]byte(label))
+	for _, f := range fields {
+		binary.BigEndian.PutUint32(n[:], uint32(len(f)))
+		m.Write(n[:])
+		m.Write(f)
+	}
+	return m.Sum(nil)
+}
+
+// Verify reports, in constant time, whether mac is MAC(key, label,
+// fields...).
+func Verify(mac, key []byte, label string, fields ...[]byte) bool {
+	return hmac.Equal(mac, MAC(key, label, fields...))
+}
+
+// Nonce returns NonceSize fresh random bytes. crypto/rand.Read never
+// fails on Linux (it aborts the process if the kernel cannot supply
+// randomness).
+func Nonce() []byte {
+	b := make([]byte, NonceSize)
+	rand.Read(b)
+	return b
+}
+
+// Uint32 is v as 4 bytes big-endian, for a MAC field.
+func Uint32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
+
+// Equal reports, in constant time, whether two MACs are equal.
+func Equal(a, b []byte) bool { return hmac.Equal(a, b) }
