@@ -111,7 +111,7 @@ func (pe *PE) begin() bool {
 // begin; those in a blocking remote operation end within the PE's
 // timeout. If calls are still inside after the timeout, settle moves to
 // closed anyway and returns false with the error: the memory must then
-// stay mapped.
+// not be unmapped (release).
 func (pe *PE) settle(from, next uint64) (bool, error) {
 	deadline := time.Now().Add(pe.cfg.Timeout)
 	nap := 20 * time.Microsecond
@@ -123,7 +123,7 @@ func (pe *PE) settle(from, next uint64) (bool, error) {
 			for {
 				v := pe.gate.Load()
 				if pe.gate.CompareAndSwap(v, v&^stMask|stClosed) {
-					return false, fmt.Errorf("shmem: PE %d: %d calls still inside the PE %v after Finalize began (its memory is not unmapped): %w",
+					return false, fmt.Errorf("shmem: PE %d: %d calls still inside the PE %v after Finalize began: %w",
 						pe.rank, v&^stMask, pe.cfg.Timeout, ErrTimeout)
 				}
 			}
@@ -145,9 +145,10 @@ func (pe *PE) settle(from, next uint64) (bool, error) {
 // the PE: goroutines blocked on the PE (waits, locks) return
 // ErrFinalized; a second or concurrent Finalize returns ErrFinalized at
 // once; every later call fails with ErrFinalized; Local, Ptr and
-// SameHost return nil and false. The memory is unmapped only once every
-// call in flight on the PE has left it. Slices from Local and Ptr must
-// not be used afterwards.
+// SameHost return nil and false. The memory is released only once every
+// call in flight on the PE has left it (a launched PE retires its
+// mappings rather than unmapping them, see closeProcess). Slices from
+// Local and Ptr must not be used afterwards.
 func (pe *PE) Finalize() error {
 	if pe == nil {
 		return fmt.Errorf("shmem: Finalize of a nil PE: %w", ErrInvalid)

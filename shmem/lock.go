@@ -278,10 +278,11 @@ func (pe *PE) releaseLock(ls *lockState, off uint64, home int) error {
 			if errors.Is(err, ErrTimeout) && pe.hold() {
 				go func() {
 					defer pe.leave()
-					for errors.Is(err, ErrTimeout) {
-						err = pe.awaitLink(off)
+					werr := ErrTimeout
+					for errors.Is(werr, ErrTimeout) {
+						werr = pe.awaitLink(off)
 					}
-					if err != nil {
+					if werr != nil {
 						<-ls.held
 						return
 					}
