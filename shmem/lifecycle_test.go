@@ -3,9 +3,13 @@ package shmem_test
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -470,4 +474,49 @@ var _ = register("clearlock-successor-late", func(pe *shmem.PE) error {
 
 func TestClearLockSuccessorLate(t *testing.T) {
 	eachTimeout(t, "clearlock-successor-late", 2*time.Second, 2)
+}
+
+// A same-host PE that exits without Finalize is noticed by its peers
+// within 2 s whatever they are blocked in: its liveness link ends
+// without a goodbye. The peers ignore the launcher's SIGTERM long enough
+// to report what they saw, in GOSHMEM_TEST_DIR.
+var _ = register("exit-without-finalize", func(pe *shmem.PE) error {
+	flag, err := shmem.Malloc[int64](pe, 1)
+	if err != nil {
+		return err
+	}
+	signal.Ignore(syscall.SIGTERM)
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	if pe.MyPE() == 1 {
+		os.Exit(0)
+	}
+	start := time.Now()
+	err = shmem.WaitUntil(flag, 0, shmem.CmpEQ, 1)
+	report := fmt.Sprintf("%v %d", errors.Is(err, shmem.ErrPeerLost), time.Since(start).Milliseconds())
+	name := filepath.Join(os.Getenv("GOSHMEM_TEST_DIR"), strconv.Itoa(pe.MyPE()))
+	if werr := os.WriteFile(name, []byte(report), 0o644); werr != nil {
+		return werr
+	}
+	return err
+})
+
+func TestExitWithoutFinalize(t *testing.T) {
+	dir := t.TempDir()
+	err := scenarios.Processes(3, "exit-without-finalize", nil, "GOSHMEM_TEST_DIR="+dir)
+	if err == nil {
+		t.Fatal("the job succeeded although PE 1 exited without Finalize")
+	}
+	for _, r := range []int{0, 2} {
+		b, rerr := os.ReadFile(filepath.Join(dir, strconv.Itoa(r)))
+		if rerr != nil {
+			t.Fatalf("PE %d reported nothing (%v); the job: %v", r, rerr, err)
+		}
+		var lost bool
+		var ms int
+		if _, serr := fmt.Sscan(string(b), &lost, &ms); serr != nil || !lost || ms > 2000 {
+			t.Fatalf("PE %d: lost %v after %d ms (%q), want ErrPeerLost within 2 s", r, lost, ms, b)
+		}
+	}
 }
