@@ -11,7 +11,8 @@ import (
 // segment or a mapped peer's) enters the gate and leaves it when it is
 // done with the memory; Finalize moves the state forward by
 // compare-and-swap, so exactly one caller does the work, and memory is
-// unmapped only once no call is inside.
+// released (retired by a launched PE, unmapped by Run) only once no call
+// is inside.
 //
 //	running   ──Finalize──▶ draining ──no call inside──▶ leaving ──barrier done, no call inside──▶ closed
 //	running   ──the PE ends on an error (Run) or GlobalExit──▶ draining ──▶ closed
@@ -21,7 +22,7 @@ import (
 //	          waits and locks are woken and return ErrFinalized.
 //	leaving:  calls are still refused; nothing but Finalize itself runs
 //	          on the PE, and its own Quiet and barrier may wait.
-//	closed:   calls are refused; the memory may be unmapped.
+//	closed:   calls are refused; the memory may be released.
 //
 // Internal helpers that run on no user call's behalf (the same-host
 // liveness watch marking the job broken) hold the gate too: they are
