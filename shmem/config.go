@@ -57,18 +57,23 @@ func WithHosts(names []string) Option {
 // WithDebug turns the SHMEM_DEBUG checks on or off.
 func WithDebug(on bool) Option { return func(c *Config) { c.Debug = on } }
 
-// envTrue reads a boolean variable the way OpenSHMEM implementations do:
-// set and not "0", "false", "no" or "off" means true.
-func envTrue(name string) bool {
+// envBool reads a boolean variable: unset is false; set, it is true
+// for "1", "y", "yes", "true", "on" and the empty string (a variable set
+// to nothing, as OpenSHMEM implementations take it), false for "0", "n",
+// "no", "false", "off" (any case, spaces ignored), and anything else is
+// an error that names the variable.
+func envBool(name string) (bool, error) {
 	v, ok := os.LookupEnv(name)
 	if !ok {
-		return false
+		return false, nil
 	}
 	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "0", "false", "no", "off":
-		return false
+	case "", "1", "y", "yes", "true", "on":
+		return true, nil
+	case "0", "n", "no", "false", "off":
+		return false, nil
 	}
-	return true
+	return false, fmt.Errorf("shmem: %s=%q: want 1, yes, true or on, or 0, no, false or off: %w", name, v, errs.Invalid)
 }
 
 // loadConfig builds the configuration from the environment and options.
@@ -87,9 +92,16 @@ func loadConfig(opts []Option) (Config, error) {
 	} else if ok {
 		c.Timeout = d
 	}
-	c.Debug = envTrue("SHMEM_DEBUG")
-	c.Info = envTrue("SHMEM_INFO")
-	c.version = envTrue("SHMEM_VERSION")
+	for _, b := range []struct {
+		name string
+		v    *bool
+	}{{"SHMEM_DEBUG", &c.Debug}, {"SHMEM_INFO", &c.Info}, {"SHMEM_VERSION", &c.version}} {
+		on, err := envBool(b.name)
+		if err != nil {
+			return c, err
+		}
+		*b.v = on
+	}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)

@@ -32,6 +32,11 @@ func TestEnvRanges(t *testing.T) {
 		{"GOSHMEM_HOST", strings.Repeat("h", 256), nil, false},
 		{"GOSHMEM_HOST", "node-7", nil, true},
 		{"GOSHMEM_STREAMS", "17", []string{"a", "b"}, false},
+		{"SHMEM_DEBUG", "maybe", nil, false},
+		{"SHMEM_DEBUG", "", nil, true},
+		{"SHMEM_DEBUG", " Yes ", nil, true},
+		{"SHMEM_INFO", "2", nil, false},
+		{"SHMEM_VERSION", "off", nil, true},
 		{"GOSHMEM_SOCKBUF", "1K", []string{"a", "b"}, false},
 	}
 	for _, c := range cases {
