@@ -90,6 +90,13 @@ type Config struct {
 	// failed). It is not called for a peer that said goodbye, nor after
 	// Close began. It must return promptly and must not wait for Close.
 	OnLost func(rank int, err error)
+
+	// OnGoodbye, if not nil, is called once when a peer says goodbye (its
+	// link is then down with an error wrapping errs.Finalized), by the
+	// stream's reader, before the goodbye is answered; not after Close
+	// began. It must return promptly. With it the mesh's owner learns of
+	// a peer's departure when it happens rather than when it next looks.
+	OnGoodbye func(rank int)
 }
 
 // normalize checks c and fills in the defaults.

@@ -184,8 +184,12 @@ func (l *Link) streamEnded(st *stream, err error) {
 		gone := fmt.Errorf("netmesh: PE %d said goodbye: %w", l.rank, errs.Finalized)
 		if l.setDown(linkGone, gone) {
 			l.m.mu.Lock()
+			closing := l.m.closing
 			l.m.notifyChanged()
 			l.m.mu.Unlock()
+			if f := l.m.cfg.OnGoodbye; f != nil && !closing {
+				f(l.rank)
+			}
 		}
 		// The peer sends nothing more on this stream: what is pending on it
 		// will not be answered. Answer its goodbye (unless ours went out).

@@ -60,6 +60,8 @@ type PE struct {
 	// (boot.EnvMachinePEs; 0 unknown): PEs in other network namespaces,
 	// which neither the mapped heaps nor the addresses reveal.
 	machinePEs int
+	relayOn    atomic.Bool  // relay (wait.go) runs
+	parked     atomic.Int32 // parked waits that need the relay
 
 	// Run jobs only.
 	job *runJob
@@ -198,8 +200,9 @@ func (pe *PE) markLost(err error) {
 // a peer that said goodbye: a peer that finalized while this PE had not
 // begun its own Finalize paired its final barrier with some other
 // collective of this PE (in a correct program every PE is in Finalize
-// by then), and no collective with it can complete. parkUntil calls it
-// when its nap ends; it costs one atomic load per remote peer.
+// by then), and no collective with it can complete. The mesh calls it
+// when a peer says goodbye (OnGoodbye), and parkUntil when its nap ends;
+// it costs one atomic load per remote peer.
 func (pe *PE) checkRemoteGone() {
 	if !pe.running() || pe.lost.Load() != nil {
 		return

@@ -152,6 +152,10 @@ func (pe *PE) startMesh(jobID string, key []byte, listen string) error {
 		OnLost: func(rank int, err error) {
 			pe.markLost(fmt.Errorf("shmem: PE %d (remote): %v: %w", rank, err, ErrPeerLost))
 		},
+		// A peer that finalized while this PE still runs breaks every
+		// later collective with it: checkRemoteGone decides, and wakes the
+		// waits if so, now rather than at a wait's next nap.
+		OnGoodbye: func(int) { pe.checkRemoteGone() },
 	})
 	if err != nil {
 		return fmt.Errorf("shmem: PE %d: %w", pe.rank, err)

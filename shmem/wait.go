@@ -2,6 +2,7 @@ package shmem
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -82,7 +83,10 @@ func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
 	// Say what we watch, so that only writers to it wake us.
 	tok := heap.BeginSleep(pe.mem, off, n)
 	defer heap.EndSleep(pe.mem, tok)
-	nap := firstSleep
+	nap, grow := firstSleep, !napsOff()
+	if !grow {
+		nap = pe.cfg.Timeout // the test hook: only a wake ends the sleep
+	}
 	for {
 		seq := atomic.LoadUint32(me.wake)
 		if cond() {
@@ -94,6 +98,9 @@ func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
 			return fmt.Errorf("shmem: PE %d waiting for %s: %w", pe.rank, what(), err)
 		}
 		heap.FutexWait(me.wake, seq, nap)
+		if !grow && time.Since(start) >= pe.cfg.Timeout {
+			return fmt.Errorf("shmem: PE %d waiting for %s: no wake-up within %v (GOSHMEM_TEST_NONAP): %w", pe.rank, what(), pe.cfg.Timeout, ErrTimeout)
+		}
 		if cond() {
 			return nil
 		}
@@ -103,9 +110,18 @@ func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
 		if time.Since(start) > pe.cfg.Timeout {
 			return fmt.Errorf("shmem: PE %d waited %v for %s: %w", pe.rank, pe.cfg.Timeout, what(), ErrTimeout)
 		}
-		nap = min(2*nap, longestNap)
+		if grow {
+			nap = min(2*nap, longestNap)
+		}
 	}
 }
+
+// napsOff reports whether the test hook that turns the naps of waits off
+// is set (GOSHMEM_TEST_NONAP=1, read once per sleeping wait). A wait then
+// sleeps until a wake or its timeout, and a sleep that only the timeout
+// ended fails with ErrTimeout even if the condition holds by then: a lost
+// wake-up fails the test instead of showing only as latency.
+func napsOff() bool { return os.Getenv("GOSHMEM_TEST_NONAP") == "1" }
 
 // parkUntil is await's second half for a PE with TCP links. Remote
 // writes are applied by the link's reader goroutine in this process,
@@ -113,10 +129,14 @@ func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
 // or blocks in a raw futex call can hold the slot and stall the very
 // reader it waits for (with one CPU per PE, for up to the Go runtime's
 // 10 ms retake period). So this wait parks the goroutine instead, on a
-// channel the reader closes when it writes a watched range (poke), with
-// a timer for what the channel cannot hear: same-host writers in other
-// processes, which wake only futex sleepers. Those are seen within the
-// timer's nap, 1 ms at most.
+// channel that whoever applies a watched write closes (poke): the
+// link's reader, a caller or poller of this process (through Notify), a
+// same-host writer of this process, Finalize and markLost. Same-host
+// writers in other processes wake only futex sleepers; for them the PE
+// runs a relay (relay) that turns their wakes into pokes. The timer's
+// nap (20 µs growing to 1 ms) is a fallback only; GOSHMEM_TEST_NONAP=1
+// turns it into one timer for the whole timeout, so a test hangs on a
+// lost wake-up.
 func (pe *PE) parkUntil(start time.Time, off, n uint64, cond func() bool, what func() string) error {
 	// First the wait polls the links' sockets itself, while netmesh's spin
 	// policy says that pays (not when this machine's PEs outnumber its
@@ -129,7 +149,17 @@ func (pe *PE) parkUntil(start time.Time, off, n uint64, cond func() bool, what f
 	}
 	tok := heap.BeginSleep(pe.mem, off, n)
 	defer heap.EndSleep(pe.mem, tok)
-	nap := 20 * time.Microsecond
+	if pe.otherProcesses() {
+		pe.parked.Add(1)
+		defer pe.unpark()
+		if pe.relayOn.CompareAndSwap(false, true) {
+			go pe.relay()
+		}
+	}
+	nap, grow := 20*time.Microsecond, !napsOff()
+	if !grow {
+		nap = pe.cfg.Timeout
+	}
 	t := time.NewTimer(nap)
 	defer t.Stop()
 	for {
@@ -144,6 +174,9 @@ func (pe *PE) parkUntil(start time.Time, off, n uint64, cond func() bool, what f
 		select {
 		case <-ch:
 		case <-t.C:
+			if !grow {
+				return fmt.Errorf("shmem: PE %d waiting for %s: no wake-up within %v (GOSHMEM_TEST_NONAP): %w", pe.rank, what(), pe.cfg.Timeout, ErrTimeout)
+			}
 			pe.checkRemoteGone()
 		}
 		if cond() {
@@ -155,7 +188,83 @@ func (pe *PE) parkUntil(start time.Time, off, n uint64, cond func() bool, what f
 		if time.Since(start) > pe.cfg.Timeout {
 			return fmt.Errorf("shmem: PE %d waited %v for %s: %w", pe.rank, pe.cfg.Timeout, what(), ErrTimeout)
 		}
-		nap = min(2*nap, time.Millisecond)
+		if grow {
+			nap = min(2*nap, time.Millisecond)
+		}
+	}
+}
+
+// otherProcesses reports whether some peer's heap is mapped here but the
+// peer is not a goroutine of this process: its writes wake this PE only
+// through the futex word.
+func (pe *PE) otherProcesses() bool {
+	for r := range pe.peers {
+		if p := &pe.peers[r]; r != pe.rank && p.mem != nil && p.inproc == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// relay carries the futex wakes of same-host writers in other processes
+// to this PE's parked waits (parkUntil), which sleep on the wake channel
+// and cannot hear FUTEX_WAKE. It sleeps in FUTEX_WAIT on the PE's wake
+// word and pokes the channel whenever the word moved from the value it
+// last saw. No wake is lost: a writer stores its data, then bumps the
+// word, then wakes; the relay compares with what it saw before, so a
+// bump that lands between its poke and its next FUTEX_WAIT makes that
+// wait return at once, and a waiter loads the channel before it checks
+// its condition, so a poke after the check closes the channel it waits
+// on.
+//
+// It runs while the PE runs or a wait is parked (Finalize's own barrier
+// parks while the PE is leaving), and ends when neither holds, so that
+// Finalize's settling finds no call inside: a parked wait counts itself
+// in pe.parked before it checks pe.relayOn, and the relay clears
+// relayOn before it looks at pe.parked again, so either the wait starts
+// a relay or the relay sees the wait. The last parked wait of a PE that
+// no longer runs wakes the relay on its way out (unpark).
+func (pe *PE) relay() {
+	me := &pe.peers[pe.rank]
+	if !pe.hold() {
+		pe.relayOn.Store(false)
+		return
+	}
+	last := atomic.LoadUint32(me.wake)
+	pe.leave()
+	for {
+		if !pe.hold() {
+			pe.relayOn.Store(false)
+			return
+		}
+		if !pe.running() && pe.parked.Load() == 0 {
+			pe.leave()
+			pe.relayOn.Store(false)
+			if pe.parked.Load() == 0 || !pe.relayOn.CompareAndSwap(false, true) {
+				return
+			}
+			continue // a wait parked meanwhile and found the relay still on
+		}
+		heap.FutexWait(me.wake, last, relayNap)
+		cur := atomic.LoadUint32(me.wake)
+		pe.leave()
+		if cur != last {
+			last = cur
+			pe.poke()
+		}
+	}
+}
+
+// relayNap bounds one FUTEX_WAIT of the relay, so that it looks at the
+// PE's state now and then even without a wake.
+const relayNap = 100 * time.Millisecond
+
+// unpark ends a parked wait's count; the last one of a PE that no longer
+// runs wakes the relay, so that it ends at once rather than after its nap.
+func (pe *PE) unpark() {
+	if pe.parked.Add(-1) == 0 && !pe.running() && pe.hold() {
+		wake(pe.peers[pe.rank].wake)
+		pe.leave()
 	}
 }
 
