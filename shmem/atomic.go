@@ -21,7 +21,7 @@ func amo[T AtomicElem](s Sym[T], i int, op heap.AtomicOp, v, cond T, target int)
 		if op != heap.OpFetch {
 			notifyAtomic(p, off, uint64(sizeOf[T]()))
 		}
-		s.b.pe.leave()
+		s.b.pe.leaveFast()
 		return fromBits[T](old), nil
 	}
 	pe, p, off, err := s.span(i, 1, target)
@@ -49,7 +49,7 @@ func amoSet[T AtomicElem](s Sym[T], i int, op heap.AtomicOp, v T, target int) er
 	if p, off := s.local(i, 1, target); p != nil {
 		heap.AtomicAt(p.mem, off, sizeOf[T](), op, toBits(v), 0)
 		notifyAtomic(p, off, uint64(sizeOf[T]()))
-		s.b.pe.leave()
+		s.b.pe.leaveFast()
 		return nil
 	}
 	pe, p, off, err := s.span(i, 1, target)

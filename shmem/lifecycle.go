@@ -51,16 +51,32 @@ func (pe *PE) enter() error {
 	return nil
 }
 
-// tryEnter is enter for the inlinable fast paths: false when refused.
+// tryEnter is enter for the inlinable same-host fast paths: false when
+// refused; pair it with leaveFast. Only a PE whose Finalize may unmap
+// its peers' mappings counts these calls (pe.counted: under Run). A
+// launched PE retires its mappings instead (closeProcess: the addresses
+// stay valid, private memory), so a fast call that raced Finalize can
+// touch nothing that faults, and it only checks the state: one load
+// instead of two atomic read-modify-writes on every put, get and atomic.
 func (pe *PE) tryEnter() bool {
 	if pe.gate.Load()&stMask != stRunning {
 		return false
+	}
+	if !pe.counted {
+		return true
 	}
 	if pe.gate.Add(1)&stMask != stRunning {
 		pe.gate.Add(^uint64(0))
 		return false
 	}
 	return true
+}
+
+// leaveFast ends a call admitted by tryEnter.
+func (pe *PE) leaveFast() {
+	if pe.counted {
+		pe.gate.Add(^uint64(0))
+	}
 }
 
 // leave ends a call admitted by enter, tryEnter or hold.

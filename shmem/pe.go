@@ -65,6 +65,9 @@ type PE struct {
 
 	// Run jobs only.
 	job *runJob
+	// counted: the same-host fast paths count themselves in gate, since
+	// this PE's Finalize unmaps (under Run); see tryEnter.
+	counted bool
 
 	ctxSeq atomic.Uint64 // numbers contexts
 

@@ -31,7 +31,7 @@ func Put[T Elem](dst Sym[T], src []T, target int) error {
 	if p, off := dst.local(0, len(src), target); p != nil {
 		copyData(p.mem[off:], asBytes(src))
 		dst.b.pe.notify(p, off, uint64(len(src)*sizeOf[T]()))
-		dst.b.pe.leave()
+		dst.b.pe.leaveFast()
 		return nil
 	}
 	pe, p, off, err := dst.span(0, len(src), target)
@@ -54,7 +54,7 @@ func Put[T Elem](dst Sym[T], src []T, target int) error {
 func Get[T Elem](dst []T, src Sym[T], target int) error {
 	if p, off := src.local(0, len(dst), target); p != nil {
 		copyData(asBytes(dst), p.mem[off:])
-		src.b.pe.leave()
+		src.b.pe.leaveFast()
 		return nil
 	}
 	pe, p, off, err := src.span(0, len(dst), target)
@@ -109,7 +109,7 @@ func PutNBI[T Elem](dst Sym[T], src []T, target int) error {
 	if p, off := dst.local(0, len(src), target); p != nil {
 		copyData(p.mem[off:], asBytes(src))
 		dst.b.pe.notify(p, off, uint64(len(src)*sizeOf[T]()))
-		dst.b.pe.leave()
+		dst.b.pe.leaveFast()
 		return nil
 	}
 	pe, p, off, err := dst.span(0, len(src), target)
@@ -133,7 +133,7 @@ func PutNBI[T Elem](dst Sym[T], src []T, target int) error {
 func GetNBI[T Elem](dst []T, src Sym[T], target int) error {
 	if p, off := src.local(0, len(dst), target); p != nil {
 		copyData(asBytes(dst), p.mem[off:])
-		src.b.pe.leave()
+		src.b.pe.leaveFast()
 		return nil
 	}
 	pe, p, off, err := src.span(0, len(dst), target)

@@ -84,6 +84,7 @@ func Run(n int, fn func(pe *PE) error, opts ...Option) error {
 			return err
 		}
 		pe.job = job
+		pe.counted = true // Run unmaps the segments at its end
 		job.pes[r] = pe
 	}
 	for _, pe := range job.pes {
