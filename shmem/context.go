@@ -9,10 +9,20 @@ import (
 // and completion: operations through handles bound with Sym.Via(c) are
 // ordered by c.Fence and completed by c.Quiet or c.Close, independently
 // of the PE's default context. A typical use is one context per goroutine.
+//
+// Over shared memory an operation is complete when it returns. Over TCP a
+// context remembers the links its operations used since its last Quiet,
+// and c.Quiet and c.Fence flush those links only: two goroutines with
+// contexts of their own that talk to different PEs never wait for each
+// other, and none takes a lock of the PE. A link is one ordered stream,
+// so a flush of a link c used also covers what other contexts queued on
+// that link before it: c.Quiet then waits for those bytes to go ahead of
+// its own, never for operations issued after it.
 type Context struct {
 	pe     *PE
 	id     uint64
 	closed atomic.Bool
+	remote []atomic.Bool // by PE: an operation through c went over that PE's link since c's last Quiet
 }
 
 // NewContext creates a context on this PE.
@@ -26,7 +36,7 @@ func (pe *PE) NewContext() (*Context, error) {
 	if err := pe.alive(); err != nil {
 		return nil, err
 	}
-	return &Context{pe: pe, id: pe.ctxSeq.Add(1)}, nil
+	return &Context{pe: pe, id: pe.ctxSeq.Add(1), remote: make([]atomic.Bool, pe.npes)}, nil
 }
 
 func (c *Context) check() error {
@@ -42,28 +52,82 @@ func (c *Context) check() error {
 	return c.pe.alive()
 }
 
-// Fence orders the context's operations to each target.
-//
-// Contexts share each remote link's single ordered stream, so a
-// context's Fence and Quiet order and complete the operations of every
-// context to the links they touch: more than asked, never less.
-func (c *Context) Fence() error {
-	if err := c.check(); err != nil {
-		return err
+// Team is the team whose PE numbers the context's operations take: the
+// world team for a context from PE.NewContext.
+func (c *Context) Team() *Team {
+	if c == nil {
+		return nil
 	}
-	return c.pe.Fence()
+	return c.pe.world
+}
+
+// Fence orders the context's operations to each target: those issued
+// after it reach a target after those issued before.
+func (c *Context) Fence() error {
+	return c.links(nil, false)
 }
 
 // Quiet completes every operation issued through the context.
 func (c *Context) Quiet() error {
+	return c.links(nil, true)
+}
+
+// PEQuiet completes the operations issued through the context to the
+// given targets (PE numbers of c.Team()).
+func (c *Context) PEQuiet(targets ...int) error {
+	if targets == nil {
+		targets = []int{}
+	}
+	return c.links(targets, true)
+}
+
+// links fences (quiet false) or flushes (quiet true) the links that
+// operations through c used since its last Quiet: every one, or those of
+// targets when targets is not nil.
+func (c *Context) links(targets []int, quiet bool) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	if err := c.pe.enter(); err != nil {
+	pe := c.pe
+	if err := pe.enter(); err != nil {
 		return err
 	}
-	defer c.pe.leave()
-	return c.pe.flushAll()
+	defer pe.leave()
+	one := func(r int) error {
+		// Clear before the flush: an operation queued after this point
+		// marks the link again for a later Quiet, and one queued before
+		// it is covered by the flush.
+		if !quiet {
+			if c.remote[r].Load() {
+				return pe.peers[r].link.Fence()
+			}
+			return nil
+		}
+		if c.remote[r].Swap(false) {
+			if err := pe.peers[r].link.Flush(); err != nil {
+				c.remote[r].Store(true) // not complete: a later Quiet must try again
+				return err
+			}
+		}
+		return nil
+	}
+	if targets == nil {
+		for r := range c.remote {
+			if err := one(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, t := range targets {
+		if _, err := pe.peer(t); err != nil {
+			return err
+		}
+		if err := one(t); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close completes the context's operations and releases it. Operations

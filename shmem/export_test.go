@@ -14,3 +14,10 @@ func LockStates(pe *PE) int {
 
 // SplitFits exposes splitFits.
 var SplitFits = splitFits
+
+// LinkOutstanding reports whether pe's link to PE r has operations that
+// no flush covered yet.
+func LinkOutstanding(pe *PE, r int) bool {
+	l := pe.peers[r].link
+	return l != nil && l.Outstanding()
+}

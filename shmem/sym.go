@@ -137,6 +137,9 @@ func (s Sym[T]) span(i, cnt, target int) (*PE, *peer, uint64, error) {
 		return nil, nil, 0, fmt.Errorf("shmem: context %d is closed: %w", s.ctx.id, ErrFinalized)
 	}
 	pe := s.b.pe
+	if s.ctx != nil && s.ctx.pe != pe {
+		return nil, nil, 0, fmt.Errorf("shmem: a handle of PE %d bound to a context of PE %d: %w", pe.rank, s.ctx.pe.rank, ErrInvalid)
+	}
 	if err := pe.enter(); err != nil {
 		return nil, nil, 0, err
 	}
@@ -144,6 +147,9 @@ func (s Sym[T]) span(i, cnt, target int) (*PE, *peer, uint64, error) {
 	if err != nil {
 		pe.leave()
 		return nil, nil, 0, err
+	}
+	if s.ctx != nil && p.link != nil {
+		s.ctx.remote[target].Store(true) // c.Quiet flushes this link
 	}
 	return pe, p, s.off + uint64(i*sizeOf[T]()), nil
 }
