@@ -107,12 +107,8 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 				// Poll for up to followSpin, then sleep: followers that
 				// yield forever keep the run queues full, and then the
 				// scheduler no longer polls the network for the leader.
-				for i, end := 1, now+int64(followSpin); !c.woken() && mono() < end; i++ {
-					if i%spinYield == 0 {
-						spinYieldOS()
-					} else {
-						runtime.Gosched()
-					}
+				for end := now + int64(followSpin); !c.woken() && mono() < end; {
+					runtime.Gosched()
 				}
 			}
 			c.sleep((*call).woken)

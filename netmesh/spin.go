@@ -70,40 +70,18 @@ const (
 	spinSlow  = int64(spinCheck * 4 * time.Microsecond)
 )
 
-// spinYield: a poller yields once every spinYield polls (spinYieldOS):
-// its processor to the process's other goroutines, then its CPU to other
-// processes. While a goroutine polls, no thread of the process may be
-// sleeping in the netpoller, and then nobody collects network events for
-// the process's other goroutines (the peer PE's reader, in one process)
-// until the poller yields: a Gosched with a processor idle wakes a thread
-// (wakep), which finds them. 256 made the first poll after a pause miss
-// nearly every time; 4096 stalled operations for a millisecond.
+// spinYield: a poller yields its processor (runtime.Gosched) once every
+// spinYield polls. While a goroutine polls, no thread of the process may
+// be sleeping in the netpoller, and then nobody collects network events
+// for the process's other goroutines (the peer PE's reader, in one
+// process) until the poller yields: a Gosched with a processor idle wakes
+// a thread (wakep), which finds them. 256 made the first poll after a
+// pause miss nearly every time; 4096 stalled operations for a
+// millisecond. Yielding the CPU to other processes as well (sched_yield)
+// was tried and measured: it cost a bound PE about 30 µs per round trip
+// (8-byte get 41-47 µs against 8-13 µs on an otherwise idle machine),
+// since it hands the CPU to the process's own runtime threads.
 const spinYield = 32
-
-// yieldSlow: a sched_yield that kept a spinner off its CPU for longer
-// than this gave the CPU to another runnable thread of the machine.
-const yieldSlow = int64(10 * time.Microsecond)
-
-// spinYieldOS lets the goroutines of this processor run
-// (runtime.Gosched), then the threads of other processes (sched_yield),
-// so that a peer PE that the OS placed on this very CPU runs within
-// spinYield polls instead of after a whole time slice. A yield that kept
-// the spinner away for long is a miss: another process wanted this CPU
-// (that peer, or another job), and spinning there only delays it. A
-// caller's reply resets the count, so only a run of them pauses polling.
-// Unbound, two PE processes on two CPUs took 120-800 µs per 8-byte get
-// with spinners that only called runtime.Gosched (the OS had put both on
-// one CPU), and 31-36 µs with this; bound each to its CPU on a loaded
-// machine the same check turns polling off (45-51 µs against 14-16
-// spinning regardless), since other jobs' threads then share the CPUs.
-func spinYieldOS() {
-	runtime.Gosched()
-	t := mono()
-	unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-	if now := mono(); now-t > yieldSlow {
-		spinMissed(now)
-	}
-}
 
 // Polling is paused for the whole process until spinOff (a mono() time):
 // it pays or not according to the processors free on the machine, which
@@ -222,6 +200,7 @@ func (m *Mesh) Poll(d time.Duration, done func() bool) bool {
 		}
 		if done() {
 			ok = true
+			spinPaid() // what the wait polled for came: polling pays
 			break
 		}
 		if yield {
@@ -256,7 +235,7 @@ func (m *Mesh) Poll(d time.Duration, done func() bool) bool {
 			}
 		}
 		if !yield && i%spinYield == 0 {
-			spinYieldOS()
+			runtime.Gosched()
 			last = mono() // time given away is not time lost
 		}
 	}

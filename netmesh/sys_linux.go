@@ -15,6 +15,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"syscall"
 	"time"
@@ -193,7 +194,7 @@ func (s *spinState) poll(fd uintptr) bool {
 			last = now
 		}
 		if i%spinYield == 0 {
-			spinYieldOS()
+			runtime.Gosched()
 			last = mono() // time given away is not time lost
 		}
 	}

@@ -25,7 +25,7 @@ import (
 // puts ranks 0 and 1 in g1 and ranks 2 and 3 in g2, so each pair shares
 // memory and the pairs talk over TCP across the bridge.
 
-func netnsAvailable(t *testing.T) string {
+func netnsAvailable(t testing.TB) string {
 	t.Helper()
 	if os.Getenv("GOSHMEM_NETNS") == "" {
 		t.Skip("no network namespaces: .ci/run makes them as root and sets GOSHMEM_NETNS=1")
@@ -40,7 +40,7 @@ func netnsAvailable(t *testing.T) string {
 // netnsJob runs scenario name on 4 PEs spread over g1 and g2 and returns the
 // exit code and output. extra is added to every PE's environment;
 // during, if set, runs while the job does (e.g. to inject a fault).
-func netnsJob(t *testing.T, name string, extra []string, during func(dir string)) (int, string) {
+func netnsJob(t testing.TB, name string, extra []string, during func(dir string)) (int, string) {
 	script := netnsAvailable(t)
 	goshrun, cleanup, err := launch.Build("../cmd/goshrun")
 	if err != nil {
@@ -320,15 +320,45 @@ var _ = register("netns-latency", func(pe *shmem.PE) error {
 	return pe.BarrierAll()
 })
 
-func TestNetnsLatency(t *testing.T) {
-	netnsAvailable(t)
-	code, out := netnsJob(t, "netns-latency", nil, nil)
-	if code != 0 {
-		t.Fatalf("exit %d:\n%s", code, out)
-	}
-	for _, line := range strings.Split(out, "\n") {
-		if strings.Contains(line, "across namespaces") {
-			t.Log(line)
+// BenchmarkNetnsLatency runs the across-namespace job once per b.N and
+// reports its figures: the raw 8-byte TCP round trip and goshmem's get
+// and fetch-add over the same path (ns), with the line the job prints.
+// .ci/run runs it with -benchtime 1x beside the netns tests.
+func BenchmarkNetnsLatency(b *testing.B) {
+	netnsAvailable(b)
+	for range b.N {
+		code, out := netnsJob(b, "netns-latency", nil, nil)
+		if code != 0 {
+			b.Fatalf("exit %d:\n%s", code, out)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if !strings.Contains(line, "across namespaces") {
+				continue
+			}
+			b.Log(line)
+			for _, m := range []struct{ after, unit string }{
+				{"round trip ", "raw-rtt-ns"}, {"8 B get ", "get-ns"}, {"fetch-add ", "fetch-add-ns"},
+			} {
+				d, err := durationAfter(line, m.after)
+				if err != nil {
+					b.Fatalf("%q: %v", line, err)
+				}
+				b.ReportMetric(float64(d.Nanoseconds()), m.unit)
+			}
 		}
 	}
+}
+
+// durationAfter parses the duration that follows marker in line (up to
+// the next space, semicolon or comma).
+func durationAfter(line, marker string) (time.Duration, error) {
+	i := strings.Index(line, marker)
+	if i < 0 {
+		return 0, fmt.Errorf("no %q", marker)
+	}
+	rest := line[i+len(marker):]
+	if j := strings.IndexAny(rest, " ;,"); j >= 0 {
+		rest = rest[:j]
+	}
+	return time.ParseDuration(rest)
 }
