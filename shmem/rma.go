@@ -261,6 +261,16 @@ func PutSignal[T Elem](dst Sym[T], src []T, sig Sym[uint64], v uint64, op Signal
 	if op != SignalSet && op != SignalAdd {
 		return fmt.Errorf("shmem: signal op %d: %w", op, ErrInvalid)
 	}
+	// The same-host fast path, as Put's: both handles valid and mapped.
+	if p, off := dst.local(0, len(src), target); p != nil {
+		if sp, soff := sig.local(0, 1, target); sp != nil {
+			putSignalLocal(p, off, asBytes(src), sp, soff, v, op)
+			sig.b.pe.leaveFast()
+			dst.b.pe.leaveFast()
+			return nil
+		}
+		dst.b.pe.leaveFast()
+	}
 	spe, sp, soff, err := sig.span(0, 1, target)
 	if err != nil {
 		return err
@@ -274,17 +284,22 @@ func PutSignal[T Elem](dst Sym[T], src []T, sig Sym[uint64], v uint64, op Signal
 	if p.mem == nil {
 		return p.link.PutSignal(off, asBytes(src), soff, op == SignalAdd, v)
 	}
-	copy(p.mem[off:], asBytes(src))
-	// The signal is an atomic read-modify-write or store: it orders the
-	// data before it and is a full fence for the sleeper check.
+	putSignalLocal(p, off, asBytes(src), sp, soff, v, op)
+	return nil
+}
+
+// putSignalLocal is PutSignal into a mapped heap: the data, then the
+// signal. The signal is an atomic read-modify-write or store: it orders
+// the data before it and is a full fence for the sleeper check.
+func putSignalLocal(p *peer, off uint64, src []byte, sp *peer, soff, v uint64, op SignalOp) {
+	copy(p.mem[off:], src)
 	if op == SignalSet {
 		heap.AtomicAt(sp.mem, soff, 8, heap.OpSet, v, 0)
 	} else {
 		heap.AtomicAt(sp.mem, soff, 8, heap.OpFetchAdd, v, 0)
 	}
-	notifyAtomic(p, off, uint64(len(src)*sizeOf[T]()))
+	notifyAtomic(p, off, uint64(len(src)))
 	notifyAtomic(sp, soff, 8)
-	return nil
 }
 
 // SignalWaitUntil waits until this PE's sig[0] satisfies cmp v and
