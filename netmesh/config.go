@@ -45,9 +45,10 @@ type Config struct {
 	Timeout time.Duration
 
 	// Heartbeat is the interval after which a stream that has sent
-	// nothing sends a HEARTBEAT (0: 1 s). A stream from which nothing
-	// arrived for Misses intervals (0: 5) is lost; so is one whose sent
-	// data stays unacknowledged that long (TCP_USER_TIMEOUT).
+	// nothing sends a HEARTBEAT (0: 1 s; else 10 ms to 24 h). A stream
+	// from which nothing arrived for Misses intervals (0: 5; at most
+	// 1000) is lost; so is one whose sent data stays unacknowledged that
+	// long (TCP_USER_TIMEOUT).
 	Heartbeat time.Duration
 	Misses    int
 
@@ -99,6 +100,16 @@ type Config struct {
 	OnGoodbye func(rank int)
 }
 
+// Bounds of the liveness settings: a shorter heartbeat would have the
+// watchdog (which ticks at half of it) spin, and a peer would be declared
+// lost after one scheduling hiccup; a longer one, or many more misses,
+// leaves a dead peer undetected for days.
+const (
+	minHeartbeat = 10 * time.Millisecond
+	maxHeartbeat = 24 * time.Hour
+	maxMisses    = 1000
+)
+
 // normalize checks c and fills in the defaults.
 func (c *Config) normalize() error {
 	bad := func(format string, args ...any) error {
@@ -121,6 +132,10 @@ func (c *Config) normalize() error {
 		return bad("empty listen address")
 	case c.Timeout < 0 || c.Heartbeat < 0 || c.Misses < 0 || c.SockBuf < 0:
 		return bad("negative timeout, heartbeat, misses or socket buffer")
+	case c.Heartbeat != 0 && (c.Heartbeat < minHeartbeat || c.Heartbeat > maxHeartbeat):
+		return bad("heartbeat %v, want %v..%v", c.Heartbeat, minHeartbeat, maxHeartbeat)
+	case c.Misses > maxMisses:
+		return bad("%d misses, want at most %d", c.Misses, maxMisses)
 	case c.Streams < 0 || c.Streams > maxStreams:
 		return bad("%d streams, want 1..%d", c.Streams, maxStreams)
 	case c.Spin > SpinOff:
