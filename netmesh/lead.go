@@ -274,7 +274,7 @@ func (st *stream) readIdle(c *call) (int, error) {
 			return 0, errYield
 		}
 		var budget int64 = -1 // one read
-		if now := mono(); !st.polled && st.l.m.cfg.Spin == SpinOn && st.l.spinOK(now) {
+		if now := mono(); st.tok.kind != heldPoller && st.l.m.cfg.Spin == SpinOn && st.l.spinOK(now) {
 			budget = now + int64(busyIdle)
 		}
 		k, err := st.poll(budget)

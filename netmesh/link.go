@@ -520,6 +520,12 @@ func (l *Link) AtomicNBI(width int, op AtomicOp, off, v, cond uint64, dst *uint6
 		c.kind, c.stream, c.width, c.old, c.nbi = typeAtomic, 0, byte(width), dst, true
 		return l.request(c, func(b []byte) []byte { return appendAtomic(b, c.id, byte(op), byte(width), off, v, cond) }, false)
 	}
+	return l.atomicNoReply(width, op, off, v, cond, true, sendLater)
+}
+
+// atomicNoReply queues an ATOMIC that asks for no reply on stream 0 and
+// commits it with mode; counted says whether Flush must cover it.
+func (l *Link) atomicNoReply(width int, op AtomicOp, off, v, cond uint64, counted bool, mode int) error {
 	q := l.streams[0].q
 	b, err := q.open()
 	if err != nil {
@@ -528,8 +534,10 @@ func (l *Link) AtomicNBI(width int, op AtomicOp, off, v, cond uint64, dst *uint6
 	old := len(b.buf)
 	b.buf = appendAtomic(b.buf, 0, byte(op), byte(width), off, v, cond)
 	b.addBuf(old)
-	q.sent.Add(1)
-	return l.opErr(q.commit(sendLater, false))
+	if counted {
+		q.sent.Add(1)
+	}
+	return l.opErr(q.commit(mode, false))
 }
 
 // Signal stores v into the 8-byte word at off of the peer's segment (an
@@ -544,15 +552,7 @@ func (l *Link) Signal(off, v uint64) error {
 	if _, _, err := l.checkAtomic(8, OpSet, off, v, 0); err != nil {
 		return err
 	}
-	q := l.streams[0].q
-	b, err := q.open()
-	if err != nil {
-		return l.opErr(err)
-	}
-	old := len(b.buf)
-	b.buf = appendAtomic(b.buf, 0, byte(OpSet), 8, off, v, 0)
-	b.addBuf(old)
-	return l.opErr(q.commit(sendNow, false))
+	return l.atomicNoReply(8, OpSet, off, v, 0, false, sendNow)
 }
 
 // Flush returns once the peer has applied every frame this side queued on
@@ -724,7 +724,6 @@ type stream struct {
 	rerr   error        // why the stream ended, for the reader goroutine to report
 	nwait  atomic.Int32 // followers queued
 	kick   atomic.Bool  // the holder should look up (a polling holder checks it)
-	polled bool         // the token is held by a Mesh.Poll (holder is nil): read once per look
 
 	// Watchdog state, owned by the watchdog goroutine.
 	seenRecv, seenSend uint64

@@ -256,7 +256,6 @@ func takeFree(streams, held []*stream) []*stream {
 		}
 		st.rmu.Lock()
 		if st.takeLocked(heldPoller, nil) { // disarmed: its arrivals are ours, waking nobody
-			st.polled = true
 			held = append(held, st)
 		}
 		st.rmu.Unlock()
@@ -281,7 +280,6 @@ func (m *Mesh) Push() {
 // unpollLocked gives up a token that a Poll held: err is what its last
 // serve returned (errYield: the stream is fine). st.rmu is held.
 func (st *stream) unpollLocked(err error) {
-	st.polled = false
 	if err != errYield {
 		st.endLocked(err)
 		return

@@ -206,16 +206,11 @@ func (q *sendQueue) push() {
 		return
 	}
 	q.mu.Lock()
-	err := q.err
-	if !q.busy && q.fill.bytes > 0 && err == nil {
-		q.busy = true
-		err = q.writeUntil(q.taken + 1)
-		q.release()
+	if q.fill.bytes == 0 || q.err != nil {
+		q.mu.Unlock()
+		return
 	}
-	q.mu.Unlock()
-	if err != nil {
-		q.onErr(err)
-	}
+	q.commit(sendNow, false) // unlocks q.mu; an error reaches q.onErr
 }
 
 // open locks q and returns the batch to append to, or the reason nothing
