@@ -232,6 +232,11 @@ func (pe *PE) relay() {
 	}
 	last := atomic.LoadUint32(me.wake)
 	pe.leave()
+	// A writer may have bumped the word after the wait that started this
+	// relay checked its condition but before the load above: that bump is
+	// in last already and would never be relayed. So poke once now; a wait
+	// whose condition does not hold yet just looks again.
+	pe.poke()
 	for {
 		if !pe.hold() {
 			pe.relayOn.Store(false)
