@@ -294,7 +294,12 @@ func TestGoodbyeAndCut(t *testing.T) {
 		if !errors.Is(err, errs.PeerLost) {
 			t.Fatalf("after a cut: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		// The side that cut notices its own closed socket through its
+		// reader; under load that can take longer than a fixed nap.
+		for deadline := time.Now().Add(5 * time.Second); pes[1].lostCount(0) == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond) // a second, wrong call would come now
 		if pes[0].lostCount(1) != 1 || pes[1].lostCount(0) != 1 {
 			t.Fatalf("OnLost calls %d and %d, want 1 and 1", pes[0].lostCount(1), pes[1].lostCount(0))
 		}
