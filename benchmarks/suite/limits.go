@@ -21,8 +21,9 @@ const (
 	limCacheline  = "cacheline-rtt"     // raw cross-process round trip on two words of the shared mappings
 	limBarrier    = "cacheline-floor"   // ceil(log2 P) one-way cache-line transfers (half a round trip each)
 	limAtomicRaw  = "atomic-raw"        // the same sync/atomic operation on the same mapped word, without goshmem
-	limTCPRTT     = "tcp-rtt"           // ping-pong over a loopback TCP connection between PEs 0 and 1 (8 bytes each way, or the figure's payload one way)
-	limTCPFloor   = "tcp-floor"         // ceil(log2 P) one-way TCP transfers (half a tcp-rtt each)
+	limTCPRTT     = "tcp-rtt"           // 8-byte ping-pong over a loopback TCP connection between PEs 0 and 1, each side parked in Go's netpoller until the bytes come
+	limTCPRTTPoll = "tcp-rtt-poll"      // the same ping-pong with each side spinning on non-blocking reads (8 bytes each way, or the figure's payload one way)
+	limTCPFloor   = "tcp-floor"         // ceil(log2 P) one-way TCP transfers (half a tcp-rtt-poll each)
 	limTCPStream  = "tcp-stream"        // one-directional TCP stream of 1 MiB writes, PE 0 to PE 1
 	limTCPFrames  = "tcp-stream-frames" // tcp-stream in frames of a rate figure's operation per second
 	limCopyFloor  = "copy-floor"        // one-way hand-over of a payload through the shared mappings (half a round trip)
@@ -286,8 +287,8 @@ func (b *B) getLatencyLimit(size int) limit {
 // transfers (2 for a ping-pong, ceil(log2 P) for a barrier). Over shared
 // memory it is the cache-line round trip scaled to oneWays halves of it
 // (name: limCacheline for a ping-pong, limBarrier for a barrier's floor);
-// over TCP the raw 8-byte TCP round trip scaled the same way (tcp-rtt,
-// tcp-floor).
+// over TCP the raw, polled 8-byte TCP round trip scaled the same way
+// (tcp-rtt-poll, tcp-floor).
 func (b *B) syncLimit(name string, oneWays float64) limit {
 	if !b.remote() {
 		return b.cachelineRTT(name, oneWays)
@@ -373,13 +374,14 @@ func init() {
 				{limCopy, 16 << 20, report.Bandwidth, false, func() limit { return b.copyBig(16 << 20) }},
 				{limCopyMap, 1 << 20, report.Bandwidth, true, func() limit { return b.copyToMapping(1 << 20) }},
 				{limCacheline, 8, report.Latency, true, func() limit { return b.cachelineRTT(limCacheline, 2) }},
-				{limTCPRTT, 8, report.Latency, false, func() limit { return b.tcpRTT(8, 8) }},
+				{limTCPRTT, 8, report.Latency, false, b.tcpRTTParked},
+				{limTCPRTTPoll, 8, report.Latency, false, func() limit { return b.tcpRTT(8, 8) }},
 				{limTCPStream, tcpStreamSize, report.Bandwidth, false, b.tcpStream},
 			}
 			for _, r := range refs {
 				if r.sameHost && b.remote() {
 					b.skip(fmt.Sprintf("limit %s in the %s job of %d PEs", r.name, b.cfg.Transport, b.npes),
-						"same-host only: over tcp no PE maps a peer's heap (tcp figures are held to tcp-rtt and tcp-stream)")
+						"same-host only: over tcp no PE maps a peer's heap (tcp figures are held to tcp-rtt-poll and tcp-stream)")
 					continue
 				}
 				if err := b.reference(r.name, r.size, r.metric, r.l()); err != nil {

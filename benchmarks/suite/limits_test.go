@@ -25,16 +25,16 @@ func TestLimitPerTransport(t *testing.T) {
 		build    func(b *B) limit
 		shm, tcp string
 	}{
-		{"put latency", func(b *B) limit { return b.dataLimit(8, report.Latency, false) }, limCopy, limTCPRTT},
-		{"get latency", func(b *B) limit { return b.getLatencyLimit(4096) }, limCopy, limTCPRTT},
+		{"put latency", func(b *B) limit { return b.dataLimit(8, report.Latency, false) }, limCopy, limTCPRTTPoll},
+		{"get latency", func(b *B) limit { return b.getLatencyLimit(4096) }, limCopy, limTCPRTTPoll},
 		{"bandwidth", func(b *B) limit { return b.dataLimit(1<<20, report.Bandwidth, false) }, limCopy, limTCPStream},
 		{"put rate", func(b *B) limit { return b.dataLimit(8, report.Rate, false) }, limCopy, limTCPFrames},
 		{"put rate, all pairs", func(b *B) limit { return b.dataLimit(8, report.Rate, true) }, limCopy, limTCPFrames},
-		{"atomic latency", func(b *B) limit { return b.atomicLimit("fetch-add", report.Latency) }, limAtomicRaw, limTCPRTT},
+		{"atomic latency", func(b *B) limit { return b.atomicLimit("fetch-add", report.Latency) }, limAtomicRaw, limTCPRTTPoll},
 		{"atomic rate", func(b *B) limit { return b.atomicLimit("swap", report.Rate) }, limAtomicRaw, limTCPFrames},
 		{"barrier", func(b *B) limit { return b.syncLimit(limBarrier, 2) }, limBarrier, limTCPFloor},
 		{"barrier, 2 PEs", func(b *B) limit { return b.syncLimit(limBarrier, 1) }, limBarrier, limTCPFloor},
-		{"ping-pong", func(b *B) limit { return b.syncLimit(limCacheline, 2) }, limCacheline, limTCPRTT},
+		{"ping-pong", func(b *B) limit { return b.syncLimit(limCacheline, 2) }, limCacheline, limTCPRTTPoll},
 		{"ring latency", func(b *B) limit { return b.messageLimit(4096, report.Latency, false) }, limCopyFloor, limTCPFloor},
 		{"ring rate", func(b *B) limit { return b.messageLimit(64, report.Rate, false) }, limCopy, limTCPFrames},
 		{"ring rate, all PEs", func(b *B) limit { return b.messageLimit(256<<10, report.Rate, true) }, limCopy, limTCPFrames},

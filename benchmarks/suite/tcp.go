@@ -4,7 +4,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goshmem/goshmem/shmem"
 )
@@ -15,7 +19,8 @@ import (
 // held to.
 type tcpLink struct {
 	conn net.Conn
-	buf  []byte // max(tcpStreamSize, the job's largest size) bytes
+	raw  syscall.RawConn // conn's, for the polled round trip
+	buf  []byte          // max(tcpStreamSize, the job's largest size) bytes
 }
 
 // link opens the connection the first time a TCP limit is built. Every
@@ -73,34 +78,52 @@ func (b *B) link() (*tcpLink, error) {
 
 // tcpRTT is a ping-pong between PEs 0 and 1 over the link: PE 0 writes
 // out bytes, PE 1 reads them all and writes back bytes, PE 0 reads them
-// all; n times. tcpRTT(8, 8) is the 8-byte round trip, the floor of
-// every small remote operation (a GET request and its answer, an atomic,
-// a Quiet's flush). With a figure's payload one way (size, 8 for a Put
-// and its Quiet; 8, size for a Get) it is the least time plain Go takes
-// to move those bytes and learn that they arrived.
-func (b *B) tcpRTT(out, back int) limit {
+// all; n times. Each side waits for the other's bytes spinning on
+// non-blocking reads (tcp-rtt-poll), as a polling runtime does, so what
+// it measures is the kernel's loopback round trip and not the wake-up of
+// a goroutine parked in the netpoller: the limit of every small remote
+// operation (a GET request and its answer, an atomic, a Quiet's flush).
+// With a figure's payload one way (size, 8 for a Put and its Quiet; 8,
+// size for a Get) it is the least time plain Go takes to move those bytes
+// and learn that they arrived.
+func (b *B) tcpRTT(out, back int) limit { return b.pingPong(limTCPRTTPoll, out, back, true) }
+
+// tcpRTTParked is tcpRTT with Go's own blocking reads, which park the
+// goroutine in the netpoller until the bytes come (tcp-rtt): what a
+// runtime that never polls can reach. A reference in the limits suite.
+func (b *B) tcpRTTParked() limit { return b.pingPong(limTCPRTT, 8, 8, false) }
+
+func (b *B) pingPong(name string, out, back int, poll bool) limit {
 	l, lerr := b.link()
-	return limit{name: limTCPRTT, run: func(n int) (sample, error) {
+	return limit{name: name, run: func(n int) (sample, error) {
 		if b.rank > 1 {
 			return sample{}, nil
 		}
 		if lerr != nil {
 			return sample{}, lerr
 		}
-		var err error
 		send, recv := l.buf[:out], l.buf[:back]
 		if b.rank == 1 {
 			send, recv = recv, send
 		}
-		l.conn.SetDeadline(time.Now().Add(b.cfg.Timeout))
+		deadline := time.Now().Add(b.cfg.Timeout)
+		l.conn.SetDeadline(deadline)
+		read := func(p []byte) error {
+			_, err := io.ReadFull(l.conn, p)
+			return err
+		}
+		if poll {
+			read = func(p []byte) error { return l.spinRead(p, deadline) }
+		}
+		var err error
 		start := time.Now()
 		for range n {
 			if b.rank == 0 {
 				if _, err = l.conn.Write(send); err == nil {
-					_, err = io.ReadFull(l.conn, recv)
+					err = read(recv)
 				}
 			} else {
-				if _, err = io.ReadFull(l.conn, recv); err == nil {
+				if err = read(recv); err == nil {
 					_, err = l.conn.Write(send)
 				}
 			}
@@ -110,6 +133,42 @@ func (b *B) tcpRTT(out, back int) limit {
 		}
 		return timed(start, n, (out+back)*n), nil
 	}}
+}
+
+// spinRead fills p from the link with non-blocking reads, never parking
+// in the netpoller; it gives up at deadline.
+func (l *tcpLink) spinRead(p []byte, deadline time.Time) error {
+	if l.raw == nil {
+		rc, err := l.conn.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			return err
+		}
+		l.raw = rc
+	}
+	var rerr error
+	err := l.raw.Read(func(fd uintptr) bool {
+		for i := 1; len(p) > 0; i++ {
+			k, err := unix.Read(int(fd), p)
+			switch {
+			case err == nil && k == 0:
+				rerr = io.ErrUnexpectedEOF
+				return true
+			case err == nil:
+				p = p[k:]
+			case err != unix.EAGAIN && err != unix.EINTR:
+				rerr = os.NewSyscallError("read", err)
+				return true
+			case i%1024 == 0 && time.Now().After(deadline):
+				rerr = os.ErrDeadlineExceeded
+				return true
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return rerr
 }
 
 // tcpFrames is tcpStream counted in frames of frameBytes bytes: the

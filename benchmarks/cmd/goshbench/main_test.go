@@ -178,7 +178,7 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	tcpLimits := map[report.Metric][]string{
-		report.Latency:   {"tcp-rtt", "tcp-floor"},
+		report.Latency:   {"tcp-rtt-poll", "tcp-floor"},
 		report.Bandwidth: {"tcp-stream"},
 		report.Rate:      {"tcp-stream-frames"},
 	}
@@ -305,8 +305,8 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("limit %+v", l)
 		}
 	}
-	for _, name := range []string{"shm copy", "shm copy-to-mapping", "shm cacheline-rtt", "shm tcp-rtt", "shm tcp-stream",
-		"tcp copy", "tcp tcp-rtt", "tcp tcp-stream"} {
+	for _, name := range []string{"shm copy", "shm copy-to-mapping", "shm cacheline-rtt", "shm tcp-rtt", "shm tcp-rtt-poll",
+		"shm tcp-stream", "tcp copy", "tcp tcp-rtt", "tcp tcp-rtt-poll", "tcp tcp-stream"} {
 		if !limits[name] {
 			t.Errorf("no reference limit %s", name)
 		}
