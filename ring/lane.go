@@ -51,16 +51,14 @@ func (l *sendLane) send(r *Ring, data []byte) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	seq := l.next
-	if r.mode == Safe && seq > l.depth {
-		// Slot (seq-1) mod Depth still holds message seq-Depth until the
-		// receiver has acknowledged it.
-		if need := seq - l.depth; l.acked < need {
+	if r.mode == Safe {
+		if need := safeNeed(seq, l.depth); l.acked < need {
 			if err := l.waitAck(r, need); err != nil {
 				return 0, err
 			}
 		}
 	}
-	k := int((seq - 1) % l.depth)
+	k := slotOf(seq, l.depth)
 	if len(data) > l.lay.inline {
 		if err := l.putBulk(r, k, seq, data); err != nil {
 			return 0, err
@@ -200,7 +198,7 @@ func (l *recvLane) poll(r *Ring, out []Message, limit int) ([]Message, error) {
 //     message that reuses the slot: e and every message up to the newest
 //     Depth are lost. Otherwise it is corrupt.
 func (l *recvLane) take(r *Ring, e, p uint64) (Message, outcome, error) {
-	k := int((e - 1) % l.depth)
+	k := slotOf(e, l.depth)
 	live := l.slot(k)
 	if m, ok := l.accept(e, k, live); ok {
 		return m, tookIt, nil
