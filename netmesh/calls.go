@@ -40,9 +40,24 @@ type call struct {
 	wake     chan struct{}
 	deadline int64 // mono() time after which the wait gives up
 	queued   bool
+	// The cost controller's view of the wait (spin.go): how the owner
+	// waited for its reply when it read it itself, and whether it ever
+	// followed another reader (then its wait is no sample).
+	way      callWay
+	explore  bool
+	followed bool
 	prev     *call
 	next     *call
 }
+
+// How a caller waited for its reply (the cost controller, spin.go).
+type callWay uint8
+
+const (
+	wayNone   callWay = iota // it has not read yet
+	wayPolled                // it polled first (and maybe parked when the budget ran out)
+	wayParked                // it parked at once
+)
 
 // Call states.
 const (
@@ -56,6 +71,7 @@ func getCall() *call { return callPool.Get().(*call) }
 
 func putCall(c *call) {
 	c.dst, c.old, c.err, c.val, c.nbi = nil, nil, nil, 0, false
+	c.way, c.explore, c.followed = wayNone, false, false
 	c.state.Store(callPending)
 	c.granted.Store(false)
 	c.expired.Store(false)

@@ -65,7 +65,8 @@ func mono() int64 { return int64(time.Since(monoEpoch)) }
 // after its deadline. c may be reused when await returns.
 func (st *stream) await(c *call, timeout time.Duration) error {
 	st.rmu.Lock()
-	c.deadline = mono() + int64(timeout)
+	start := mono()
+	c.deadline = start + int64(timeout)
 	for {
 		switch {
 		case st.tok.holder == c:
@@ -85,6 +86,9 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 		case c.done():
 			st.unqueueLocked(c)
 			st.rmu.Unlock()
+			if c.way != wayNone && !c.followed && c.err == nil && c.small() {
+				costs.record(c.way == wayPolled, c.explore, mono()-start)
+			}
 			return c.err
 		case c.expired.Load():
 			st.unqueueLocked(c)
@@ -102,6 +106,7 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 			if !c.queued {
 				st.queueLocked(c)
 			}
+			c.followed = true
 			st.rmu.Unlock()
 			if now := mono(); st.l.spinOK(now) {
 				// Poll for up to followSpin, then sleep: followers that
@@ -284,7 +289,7 @@ func (st *stream) readIdle(c *call) (int, error) {
 		return k, err
 	}
 	var spinUntil int64
-	if now := mono(); st.l.spinOK(now) {
+	if now := mono(); st.callerPolls(c, now) {
 		spinUntil = now + int64(busySpin)
 	}
 	for {
@@ -327,6 +332,39 @@ func (st *stream) readIdle(c *call) (int, error) {
 		}
 		// Kicked: look again.
 	}
+}
+
+// callerPolls reports whether caller c, about to wait for bytes as the
+// stream's holder, polls for them first: the spin policy, and the cost
+// controller's choice, made once per call (spin.go).
+func (st *stream) callerPolls(c *call, now int64) bool {
+	m := st.l.m
+	if !m.spinAllowed(now) {
+		if c.way == wayNone {
+			c.way = wayParked // what it costs is still the parked way's sample
+		}
+		return false
+	}
+	if m.cfg.Spin == SpinOn {
+		c.way = wayPolled
+		return true
+	}
+	if c.way == wayNone {
+		poll, explore := costs.choose()
+		c.way, c.explore = wayParked, explore
+		if poll {
+			c.way = wayPolled
+		}
+	}
+	return c.way == wayPolled
+}
+
+// small reports whether c's reply is small: a GET of at most copyMax
+// bytes, or an atomic. Only their waits are the cost controller's
+// samples: what a large reply or a Flush waits for depends on the bytes
+// before it.
+func (c *call) small() bool {
+	return c.kind == typeAtomic || (c.kind == typeGet && len(c.dst) <= copyMax)
 }
 
 // poll reads the socket without waiting, into st.buf[st.w:]: once for

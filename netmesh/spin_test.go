@@ -135,3 +135,47 @@ func TestPollAllocs(t *testing.T) {
 		t.Fatalf("Poll allocates %v times per call", n)
 	}
 }
+
+// The cost controller goes the cheaper way, follows the machine when
+// the costs change, and explores the other way exactly once every
+// exploreEvery calls.
+func TestCostControllerFollowsCosts(t *testing.T) {
+	var s spinCosts
+	cost := map[bool]int64{true: 10_000, false: 50_000} // polled, parked (ns)
+	// run makes n calls at the current costs and returns how many polled.
+	run := func(n int) (polled, explored int) {
+		for range n {
+			poll, explore := s.choose()
+			if poll {
+				polled++
+			}
+			if explore {
+				explored++
+			}
+			s.record(poll, explore, cost[poll])
+		}
+		return polled, explored
+	}
+	if p, e := run(10 * exploreEvery); p != 10*exploreEvery-10 || e != 10 {
+		t.Fatalf("polling cheaper: %d of %d calls polled, %d explored; want all but the %d explorers", p, 10*exploreEvery, e, 10)
+	}
+	// The machine fills up: polling now costs six times parking.
+	cost[true] = 300_000
+	if p, _ := run(20); p > 10 {
+		t.Fatalf("polling became dearer: %d of the first 20 calls still polled", p)
+	}
+	if p, e := run(10 * exploreEvery); p != e {
+		t.Fatalf("parking cheaper: %d of %d calls polled, want only the %d explorers", p, 10*exploreEvery, e)
+	}
+	// The other job ends: a few explorations bring polling back.
+	cost[true] = 10_000
+	run(4 * exploreEvery)
+	if p, e := run(exploreEvery); p != exploreEvery-e {
+		t.Fatalf("polling cheaper again after 4 explorations: %d of %d calls polled", p, exploreEvery)
+	}
+	// One stall is clipped: it does not turn the choice.
+	s.record(true, false, int64(time.Second))
+	if !s.preferPoll() {
+		t.Fatalf("one 1 s stall turned the choice: polled %d ns, parked %d ns", s.polled.Load(), s.parked.Load())
+	}
+}
