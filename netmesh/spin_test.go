@@ -33,7 +33,7 @@ func TestPollAppliesAndHandsOver(t *testing.T) {
 				polled <- false
 				return
 			}
-			spinOff.Store(0)
+			resetSpin()
 			runtime.Gosched()
 		}
 		polled <- true
@@ -105,8 +105,7 @@ func TestPollPolicy(t *testing.T) {
 			pes := newJob(t, 2, 1<<16, "127.0.0.1", func(cfg *Config) { cfg.Spin = c.mode })
 			m := pes[0].m
 			m.SetOversubscribed(c.oversub)
-			spinOff.Store(0) // no pause left by other tests
-			spinMisses.Store(0)
+			resetSpin() // no pause or costs left by other tests
 			calls := 0
 			got := m.Poll(time.Second, func() bool { calls++; return true })
 			if got != c.want || (calls > 0) != c.want {
@@ -118,8 +117,25 @@ func TestPollPolicy(t *testing.T) {
 			if m.Poll(time.Second, func() bool { calls++; return true }) {
 				t.Fatal("Poll polled while polling was paused")
 			}
+			// Callers measured parking cheaper: only SpinOn polls.
+			resetSpin()
+			costs.polled.Store(int64(300 * time.Microsecond))
+			costs.parked.Store(int64(50 * time.Microsecond))
+			defer resetSpin()
+			if got := m.Poll(time.Second, func() bool { return true }); got != (c.mode == SpinOn) {
+				t.Fatalf("with parking measured cheaper, Poll = %v", got)
+			}
 		})
 	}
+}
+
+// resetSpin clears the process-wide polling state (the pause, the
+// misses, the cost controller) that other tests may have left.
+func resetSpin() {
+	spinOff.Store(0)
+	spinMisses.Store(0)
+	costs.polled.Store(0)
+	costs.parked.Store(0)
 }
 
 // A Poll that ends at once allocates nothing.
