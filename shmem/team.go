@@ -137,14 +137,14 @@ func (t *Team) syncLocked() error {
 	}
 	t.epoch++
 	e := t.epoch
-	for r, d := 0, 1; d < n; r, d = r+1, d<<1 {
-		to := t.members[(t.me+d)%n]
+	for r := range syncRounds(n) {
+		to, from := syncRound(n, t.me, r)
 		off := heap.FlagOff(t.slot, r)
-		if err := pe.storeWord(to, off, e); err != nil {
+		if err := pe.storeWord(t.members[to], off, e); err != nil {
 			return pe.goneErr(err)
 		}
-		from := t.members[(t.me-d%n+n)%n]
-		if err := pe.await(off, 8, func() bool { return heap.Load64(pe.mem, off) >= e },
+		from = t.members[from]
+		if err := pe.await(off, 8, func() bool { return syncReached(heap.Load64(pe.mem, off), e) },
 			func() string {
 				return fmt.Sprintf("barrier %d of a %d-PE team (round %d: PE %d)", e, n, r, from)
 			}); err != nil {

@@ -241,6 +241,11 @@ func commutes[S any, K comparable](m Model[S, K], steps []Step[S], l int) error 
 		if !ok {
 			return fmt.Errorf("explore: Local step %q of actor %d disables %q of actor %d", a.Label, a.Actor, b.Label, b.Actor)
 		}
+		if m.Check != nil && m.Check(b.Next) != nil {
+			// b breaks the property: the run stops there, and taking a
+			// first keeps b (checked above).
+			continue
+		}
 		ab, ok := find(m.Steps(b.Next), a.Actor, a.Label)
 		if !ok {
 			return fmt.Errorf("explore: Local step %q of actor %d is disabled by %q of actor %d", a.Label, a.Actor, b.Label, b.Actor)
