@@ -44,40 +44,54 @@ func (l *sendLane) slot(k int) shmem.Sym[byte] {
 // send writes data as the lane's next message. Over shared memory it
 // allocates nothing unless it has to wait for an acknowledgement.
 func (l *sendLane) send(r *Ring, data []byte) (uint64, error) {
-	if len(data) > l.lane.Capacity {
-		return 0, fmt.Errorf("ring: Send of %d bytes on lane %d→%d, whose capacity is %d bytes: %w",
-			len(data), l.lane.From, l.lane.To, l.lane.Capacity, shmem.ErrInvalid)
+	seq, _, err := l.sendv(r, nil, data, true)
+	return seq, err
+}
+
+// sendv writes hdr followed by data as the lane's next message (one
+// message: the receiver sees the two concatenated). When wait is false
+// and the lane holds Depth unacknowledged messages (Safe mode), it sends
+// nothing and returns sent == false at once.
+func (l *sendLane) sendv(r *Ring, hdr, data []byte, wait bool) (seq uint64, sent bool, err error) {
+	n := len(hdr) + len(data)
+	if n > l.lane.Capacity {
+		return 0, false, fmt.Errorf("ring: Send of %d bytes on lane %d→%d, whose capacity is %d bytes: %w",
+			n, l.lane.From, l.lane.To, l.lane.Capacity, shmem.ErrInvalid)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	seq := l.next
+	seq = l.next
 	if r.mode == Safe {
 		if need := safeNeed(seq, l.depth); l.acked < need {
-			if err := l.waitAck(r, need); err != nil {
-				return 0, err
+			if !wait {
+				if l.acked = atomic.LoadUint64(l.ackWord); l.acked < need {
+					return 0, false, nil
+				}
+			} else if err := l.waitAck(r, need); err != nil {
+				return 0, false, err
 			}
 		}
 	}
 	k := slotOf(seq, l.depth)
-	if len(data) > l.lay.inline {
-		if err := l.putBulk(r, k, seq, data); err != nil {
-			return 0, err
+	if n > l.lay.inline {
+		if err := l.putBulk(r, k, seq, hdr, data); err != nil {
+			return 0, false, err
 		}
 	} else {
-		encodeSlot(l.stage, seq, data)
+		encodeSlot2(l.stage, seq, hdr, data)
 	}
 	// One put of the whole slot image; its signal publishes seq in the
 	// lane's pub word, after the data (PutSignal orders them).
 	if err := shmem.PutSignal(l.slot(k), l.stage, l.pub, seq, shmem.SignalSet, l.lane.To); err != nil {
-		return 0, fmt.Errorf("ring: Send of message %d on lane %d→%d: %w", seq, l.lane.From, l.lane.To, err)
+		return 0, false, fmt.Errorf("ring: Send of message %d on lane %d→%d: %w", seq, l.lane.From, l.lane.To, err)
 	}
 	if l.ringBell {
 		if err := shmem.AtomicFetchAddNBI(&l.bellOld, l.bell, 0, 1, l.lane.To); err != nil {
-			return 0, fmt.Errorf("ring: Send of message %d on lane %d→%d: doorbell: %w", seq, l.lane.From, l.lane.To, err)
+			return 0, false, fmt.Errorf("ring: Send of message %d on lane %d→%d: doorbell: %w", seq, l.lane.From, l.lane.To, err)
 		}
 	}
 	l.next++
-	return seq, nil
+	return seq, true, nil
 }
 
 // waitAck waits until the receiver has acknowledged message need.

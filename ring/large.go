@@ -23,21 +23,28 @@ import (
 // bulk lane's slots at 1088 bytes.
 const InlineMax = 1 << 10
 
-// putBulk puts a bulk message's payload into bulk area k in To's heap
+// putBulk puts a bulk message's payload (hdr, then data) into bulk area k in To's heap
 // and builds message seq's slot image in the staging slot. In Raw mode
 // the slot carries the payload's CRC32C, which tells the receiver
 // whether its copy of the area was overwritten meanwhile.
-func (l *sendLane) putBulk(r *Ring, k int, seq uint64, data []byte) error {
+func (l *sendLane) putBulk(r *Ring, k int, seq uint64, hdr, data []byte) error {
 	off := l.lay.bulkOff + k*l.lay.bulkSize
-	if err := shmem.Put(l.data.Slice(off, off+len(data)), data, l.lane.To); err != nil {
-		return fmt.Errorf("ring: Send of %d bytes on lane %d→%d (bulk area %d): %w",
-			len(data), l.lane.From, l.lane.To, k, err)
+	n := len(hdr) + len(data)
+	for i, part := range [2][]byte{hdr, data} {
+		if len(part) == 0 {
+			continue
+		}
+		at := off + i*len(hdr)
+		if err := shmem.Put(l.data.Slice(at, at+len(part)), part, l.lane.To); err != nil {
+			return fmt.Errorf("ring: Send of %d bytes on lane %d→%d (bulk area %d): %w",
+				n, l.lane.From, l.lane.To, k, err)
+		}
 	}
 	var sum uint32
 	if r.mode == Raw {
-		sum = crc32.Checksum(data, castagnoli)
+		sum = crc32.Update(crc32.Checksum(hdr, castagnoli), castagnoli, data)
 	}
-	encodeBulkSlot(l.stage, seq, len(data), sum)
+	encodeBulkSlot(l.stage, seq, n, sum)
 	return nil
 }
 

@@ -101,6 +101,13 @@ func New(pe *shmem.PE, lanes []Lane, mode Mode) (*Ring, error) {
 // newRing is New with the inline limit as a parameter, for tests and
 // benchmarks that move the crossover. It is part of the agreement.
 func newRing(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int) (*Ring, error) {
+	return newRingBell(pe, lanes, mode, inlineMax, false)
+}
+
+// newRingBell is newRing where bell, when set, makes every sender ring
+// the receiver's doorbell after each message whatever the receiver's
+// number of incoming lanes (Comm sleeps on the doorbell alone).
+func newRingBell(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int, bell bool) (*Ring, error) {
 	if pe == nil {
 		return nil, fmt.Errorf("ring: New on a nil PE: %w", shmem.ErrInvalid)
 	}
@@ -142,7 +149,7 @@ func newRing(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int) (*Ring, error
 			s := &sendLane{lane: l, depth: uint64(l.Depth), lay: ll, data: data,
 				pub: words.Slice(ll.pubIdx, ll.pubIdx+1), bell: r.bell,
 				ack: words.Slice(ll.ackIdx, ll.ackIdx+1), ackWord: &wl[ll.ackIdx],
-				ringBell: ll.inLanes > 1, next: 1, stage: make([]byte, ll.slotSize)}
+				ringBell: bell || ll.inLanes > 1, next: 1, stage: make([]byte, ll.slotSize)}
 			r.out = append(r.out, s)
 			r.outTo[l.To] = s
 		case l.To:
@@ -156,7 +163,7 @@ func newRing(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int) (*Ring, error
 			r.inFr[l.From] = rl
 		}
 	}
-	r.useBell = len(r.in) > 1
+	r.useBell = bell || len(r.in) > 1
 	return r, nil
 }
 

@@ -65,6 +65,13 @@ func encodeSlot(dst []byte, seq uint64, payload []byte) {
 	encode(dst, seq, uint32(len(payload)), payload)
 }
 
+// encodeSlot2 is encodeSlot of the payload hdr followed by data.
+func encodeSlot2(dst []byte, seq uint64, hdr, data []byte) {
+	n := copy(dst[offPayload:], hdr)
+	n += copy(dst[offPayload+n:], data)
+	encode(dst, seq, uint32(n), dst[offPayload:offPayload+n])
+}
+
 // encodeBulkSlot writes the image of bulk message seq, whose n payload
 // bytes are in the bulk area and have CRC32C sum (0 in Safe mode). The
 // caller has checked n <= MaxCapacity.

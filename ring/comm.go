@@ -1,0 +1,292 @@
+package ring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// Tagged two-sided messages: Comm. docs/ring.md ("Comm protocol") is the
+// normative description; this file is the API, comm_engine.go the
+// matching and rendezvous engine, comm_wire.go the header.
+
+// AnySource and AnyTag, as Recv's and Probe's from and tag, match a
+// message from any source or with any tag.
+const (
+	AnySource = -1
+	AnyTag    = -1
+)
+
+// MaxTag is the largest tag: tags are 0..MaxTag.
+const MaxTag = 1<<31 - 1
+
+// EagerMax is the largest eager message: while fewer than EagerCredits
+// messages of up to EagerMax bytes are unreceived from this PE at a
+// target, Send to it returns without waiting for a matching Recv. (A Comm
+// whose heap cannot hold that many lanes lowers its own limit: see
+// Comm.EagerLimit.)
+const EagerMax = 64 << 10
+
+// EagerCredits is how many eager messages to one target may be
+// unreceived before Send waits.
+const EagerCredits = 16
+
+// QueueCap is the default cap on the bytes of unexpected messages
+// (arrived, not yet received) a Comm holds in Go memory on one PE. Beyond
+// it, messages stay in their lanes (so their senders wait), and a Recv or
+// Probe that could only be matched by one of them fails with ErrQueueFull.
+const QueueCap = 256 << 20
+
+// ErrTruncated: the message is larger than the receive buffer. It stays
+// queued; Status says its size.
+var ErrTruncated = errors.New("ring: message larger than the receive buffer")
+
+// ErrQueueFull: the unexpected-message queue is at its cap (QueueCap) and
+// the message a Recv or Probe waits for may be behind it. Nothing was
+// consumed. It wraps shmem.ErrHeapExhausted too.
+var ErrQueueFull = fmt.Errorf("ring: the Comm's unexpected-message queue is full: %w", shmem.ErrHeapExhausted)
+
+// Status describes a received (or probed) message: its source (a team
+// rank), its tag and its length in bytes.
+type Status struct{ Source, Tag, Bytes int }
+
+// Tunables of the engine; docs/ring.md explains each.
+const (
+	commAckBatch = 4                           // a receiver acknowledges a lane every commAckBatch processed messages
+	commDepth    = EagerCredits + commAckBatch // lane depth: EagerCredits unreceived plus commAckBatch-1 processed, unacknowledged
+	rdvSlots     = 64                          // rendezvous sends in flight per PE
+	minFrag      = 4 << 10                     // the least eager limit a Comm accepts
+	maxMessage   = 1 << 40                     // the longest message (bytes)
+	entryCost    = 128                         // bytes charged to the queue cap per queued message besides its payload
+)
+
+// Comm is one PE's handle on a communicator over a team: point-to-point
+// messages between the team's members, matched by (source, tag). Ranks
+// are the team's. Send, Recv, Probe and SendRecv are safe for concurrent
+// use by many goroutines; NewComm and Close are collective.
+type Comm struct {
+	e     *engine
+	id    uint32
+	team  *shmem.Team
+	me, n int
+	world []int // team rank → world PE
+	rank  []int // world PE → team rank, or -1
+
+	// Guarded by e.mu.
+	unexp  []*entry   // arrived, not yet received: in arrival order
+	posted []*request // receives and probes waiting, in posting order
+}
+
+// NewComm creates a Comm over team t (collective over t). The team must
+// contain every PE of the job: a Comm's lanes are symmetric objects,
+// which only a job-wide Malloc creates (ErrInvalid otherwise; see
+// docs/ring.md). Its lanes cost each PE about (NPEs-1) × 20 × 66 KiB of
+// heap; in a smaller heap the eager limit shrinks (EagerLimit), and
+// below 4 KiB NewComm fails with ErrHeapExhausted on every PE.
+func NewComm(t *shmem.Team) (*Comm, error) {
+	if t == nil || t.PE() == nil {
+		return nil, fmt.Errorf("ring: NewComm on a nil team: %w", shmem.ErrInvalid)
+	}
+	pe := t.PE()
+	if t.NPEs() != pe.NPEs() {
+		return nil, fmt.Errorf("ring: NewComm over a team of %d of the job's %d PEs: a Comm needs a team of every PE (its lanes are job-wide symmetric objects): %w",
+			t.NPEs(), pe.NPEs(), shmem.ErrInvalid)
+	}
+	c := &Comm{team: t, me: t.MyPE(), n: t.NPEs(), world: make([]int, t.NPEs()), rank: make([]int, pe.NPEs())}
+	for i := range c.rank {
+		c.rank[i] = -1
+	}
+	for i := range c.world {
+		w := t.WorldPE(i)
+		if w < 0 {
+			return nil, fmt.Errorf("ring: NewComm: member %d of the team has no world PE: %w", i, shmem.ErrInvalid)
+		}
+		c.world[i], c.rank[w] = w, i
+	}
+	e, err := newEngine(pe, QueueCap)
+	if err != nil {
+		return nil, err
+	}
+	c.e = e
+	e.comms[c.id] = c
+	return c, nil
+}
+
+// EagerLimit is the largest message this Comm sends eagerly: EagerMax,
+// or less when the heap is too small for lanes of that size.
+func (c *Comm) EagerLimit() int { return c.e.eagerMax }
+
+// Rank is this PE's rank in the Comm's team; Size is the team's size.
+func (c *Comm) Rank() int { return c.me }
+
+// Size is the number of members of the Comm's team.
+func (c *Comm) Size() int { return c.n }
+
+// Close releases the Comm (collective over its team). Messages not yet
+// received are dropped. It must not run concurrently with other calls
+// on the Comm; calls after it return ErrFinalized.
+func (c *Comm) Close() error {
+	if c == nil || c.e == nil {
+		return fmt.Errorf("ring: Close of a nil Comm: %w", shmem.ErrInvalid)
+	}
+	return c.e.close()
+}
+
+// usable checks c, ctx and the PE before a call.
+func (c *Comm) usable(ctx context.Context) error {
+	if c == nil || c.e == nil {
+		return fmt.Errorf("ring: nil Comm: %w", shmem.ErrInvalid)
+	}
+	if ctx == nil {
+		return fmt.Errorf("ring: nil context: %w", shmem.ErrInvalid)
+	}
+	if c.e.closed.Load() {
+		return fmt.Errorf("ring: the Comm on PE %d is closed: %w", c.e.me, shmem.ErrFinalized)
+	}
+	return ctx.Err()
+}
+
+func (c *Comm) checkRank(what string, r int, any bool) error {
+	if (any && r == AnySource) || (r >= 0 && r < c.n) {
+		return nil
+	}
+	return fmt.Errorf("ring: %s rank %d: the Comm's team has ranks 0..%d: %w", what, r, c.n-1, shmem.ErrBadPE)
+}
+
+func checkTag(tag int, any bool) error {
+	if (any && tag == AnyTag) || (tag >= 0 && tag <= MaxTag) {
+		return nil
+	}
+	return fmt.Errorf("ring: tag %d: tags are 0..%d: %w", tag, MaxTag, shmem.ErrInvalid)
+}
+
+// Send sends the elements of v to rank to with tag. v may be reused when
+// Send returns. Messages of up to EagerLimit bytes are eager (see
+// EagerCredits); a longer one waits for a matching Recv, then moves in
+// pieces through the lane (rendezvous). When ctx ends first, Send
+// returns an error satisfying errors.Is(err, ctx.Err()) and the message
+// is not delivered, in whole or in part.
+func Send[T shmem.Elem](ctx context.Context, c *Comm, to, tag int, v []T) error {
+	if err := c.usable(ctx); err != nil {
+		return err
+	}
+	if err := c.checkRank("Send to", to, false); err != nil {
+		return err
+	}
+	if err := checkTag(tag, false); err != nil {
+		return err
+	}
+	return c.e.send(ctx, c, to, tag, kindOf[T](), asBytes(v))
+}
+
+// Recv receives into dst the oldest message from rank from with tag tag
+// (either may be AnySource / AnyTag) and returns its Status. A message of
+// another element type is ErrInvalid, one longer than dst ErrTruncated;
+// in both cases it stays queued. When ctx ends first, Recv returns an
+// error satisfying errors.Is(err, ctx.Err()) and consumes nothing
+// (dst's contents are then unspecified).
+func Recv[T shmem.Elem](ctx context.Context, c *Comm, from, tag int, dst []T) (Status, error) {
+	if err := c.usable(ctx); err != nil {
+		return Status{}, err
+	}
+	if err := c.checkRank("Recv from", from, true); err != nil {
+		return Status{}, err
+	}
+	if err := checkTag(tag, true); err != nil {
+		return Status{}, err
+	}
+	return c.e.recv(ctx, c, &request{c: c, from: from, tag: tag, kind: kindOf[T](), size: sizeOf[T](), dst: asBytes(dst)})
+}
+
+// Probe waits for a message that Recv(from, tag) would receive and
+// returns its Status, receiving nothing.
+func Probe(ctx context.Context, c *Comm, from, tag int) (Status, error) {
+	if err := c.usable(ctx); err != nil {
+		return Status{}, err
+	}
+	if err := c.checkRank("Probe from", from, true); err != nil {
+		return Status{}, err
+	}
+	if err := checkTag(tag, true); err != nil {
+		return Status{}, err
+	}
+	return c.e.recv(ctx, c, &request{c: c, from: from, tag: tag, probe: true})
+}
+
+// SendRecv sends v to rank to with sendTag and receives into dst from
+// rank from with recvTag, the two at once: it never deadlocks, whatever
+// the sizes. When it fails, the error says which half failed; a half
+// that ended by ctx left nothing behind (the other half may have
+// completed: the send delivered, or the receive consumed its message).
+func SendRecv[T shmem.Elem](ctx context.Context, c *Comm, to, sendTag int, v []T, from, recvTag int, dst []T) (Status, error) {
+	if err := c.usable(ctx); err != nil {
+		return Status{}, err
+	}
+	if err := c.checkRank("SendRecv to", to, false); err != nil {
+		return Status{}, err
+	}
+	if err := checkTag(sendTag, false); err != nil {
+		return Status{}, err
+	}
+	if err := c.checkRank("SendRecv from", from, true); err != nil {
+		return Status{}, err
+	}
+	if err := checkTag(recvTag, true); err != nil {
+		return Status{}, err
+	}
+	e, kind, src := c.e, kindOf[T](), asBytes(v)
+	q := &request{c: c, from: from, tag: recvTag, kind: kind, size: sizeOf[T](), dst: asBytes(dst)}
+	// The common case: an eager send that finds room goes first, then the
+	// receive, in this goroutine.
+	if sent, err := e.trySend(c, to, sendTag, kind, src); err != nil {
+		return Status{}, fmt.Errorf("ring: SendRecv: the send: %w", err)
+	} else if sent {
+		st, err := e.recv(ctx, c, q)
+		if err != nil {
+			return st, fmt.Errorf("ring: SendRecv: the receive (the send was delivered): %w", err)
+		}
+		return st, nil
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var serr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if serr = e.send(sctx, c, to, sendTag, kind, src); serr != nil {
+			cancel()
+		}
+	}()
+	st, rerr := e.recv(sctx, c, q)
+	if rerr != nil {
+		cancel()
+	}
+	wg.Wait()
+	switch {
+	case serr != nil && (rerr == nil || ctx.Err() == nil):
+		what := "the receive was cancelled"
+		if rerr == nil {
+			what = "the receive completed"
+		}
+		return st, fmt.Errorf("ring: SendRecv: the send (%s): %w", what, serr)
+	case rerr != nil:
+		what := "the send was cancelled"
+		if serr == nil {
+			what = "the send was delivered"
+		}
+		return st, fmt.Errorf("ring: SendRecv: the receive (%s): %w", what, rerr)
+	}
+	return st, nil
+}
+
+// closedErr is the error of a call that met a closed Comm.
+func (e *engine) closedErr() error {
+	return fmt.Errorf("ring: the Comm on PE %d is closed: %w", e.me, shmem.ErrFinalized)
+}
+
+var _ = atomic.LoadUint64 // the engine's waits read the doorbell with atomic loads

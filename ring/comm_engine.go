@@ -1,0 +1,905 @@
+package ring
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// engine is one PE's side of a Comm: a Safe ring with a lane between
+// every ordered pair of PEs (every sender rings the receiver's doorbell),
+// the rendezvous state words, and the matching state. Every field below
+// mu is guarded by it; a call holds it only while it moves messages,
+// never while it waits.
+type engine struct {
+	pe       *shmem.PE
+	me, npes int
+	r        *Ring
+	bell     shmem.Sym[uint64] // this PE's doorbell (the ring's)
+	bellWord *uint64
+	rdv      shmem.Sym[uint64] // rdvSlots state words, in each sender's heap
+	rdvLocal []uint64          // this PE's copy
+	spin     bool              // a CPU per PE: spin briefly before sleeping
+	eagerMax int               // the eager limit, and the payload of one frag
+	cap      int               // the unexpected queue's cap, in bytes
+	closed   atomic.Bool
+
+	mu       sync.Mutex
+	comms    map[uint32]*Comm
+	batch    []Message
+	lanes    []inLane // by source world PE
+	queued   int      // bytes charged to the cap
+	rdvIn    map[rdvKey]*entry
+	slotFree []uint32
+	slotGen  [rdvSlots]uint32
+	cur      *request // the request of the goroutine that holds mu, if any
+	kick     bool     // a request of another goroutine completed, or a slot was freed
+	bellOld  uint64   // receives the old value of a remote doorbell add (never read)
+}
+
+// inLane is the receiving state of the lane from one source.
+type inLane struct {
+	backlog []Message // polled but not processed (the queue was at its cap); they alias the heap
+	done    uint64    // every message up to done is processed
+	acked   uint64    // acknowledged up to
+}
+
+type rdvKey struct {
+	src  int
+	slot uint32
+}
+
+// entry is a message that arrived and was not yet received.
+type entry struct {
+	src, wsrc int // source: team rank and world PE
+	tag       int
+	kind      uint8
+	bytes     int
+	data      []byte // eager: the payload; rdv: the buffer while buffering
+	rdv       bool   // announced by an rts; its data moves in frags
+	slot, gen uint32
+	epoch     uint32   // the current (or last) match's epoch
+	taker     *request // rdv: the receive it is moving into
+	got       int      // rdv: bytes arrived for the current match
+	buffering bool     // rdv: its sender finished but the receive that matched it ended: frags go into data
+}
+
+func (ent *entry) status() Status { return Status{Source: ent.src, Tag: ent.tag, Bytes: ent.bytes} }
+
+// request is a Recv or Probe in progress.
+type request struct {
+	c         *Comm
+	from, tag int
+	kind      uint8
+	size      int
+	dst       []byte
+	probe     bool
+	posted    bool   // in c.posted
+	blocked   bool   // posted behind a matching message another receive is taking
+	ent       *entry // the rendezvous message it is taking
+	done      bool
+	st        Status
+	err       error
+}
+
+func (q *request) matches(ent *entry) bool {
+	return (q.from == AnySource || q.from == ent.src) && (q.tag == AnyTag || q.tag == ent.tag)
+}
+
+// fits checks the message's kind and length against the receive.
+func (q *request) fits(ent *entry) error {
+	if ent.kind != q.kind {
+		return fmt.Errorf("ring: Recv into %s elements of a message of %s elements (%d bytes, tag %d, from rank %d); it stays queued: %w",
+			kindName(q.kind), kindName(ent.kind), ent.bytes, ent.tag, ent.src, shmem.ErrInvalid)
+	}
+	if ent.bytes > len(q.dst) {
+		return fmt.Errorf("ring: Recv of a %d-byte message (tag %d, from rank %d) into %d bytes; it stays queued: %w",
+			ent.bytes, ent.tag, ent.src, len(q.dst), ErrTruncated)
+	}
+	return nil
+}
+
+func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
+	info := pe.Info()
+	n, me := pe.NPEs(), pe.MyPE()
+	frag := EagerMax
+	if n > 1 {
+		// The lanes into a PE may take half its heap: (n-1) lanes of
+		// commDepth slots (at most 1088 bytes) and bulk areas.
+		per := int(info.HeapSize/2)/((n-1)*commDepth) - 2*InlineMax - hdrLong
+		frag = min(EagerMax, per&^(minFrag-1))
+		if frag < minFrag {
+			return nil, fmt.Errorf("ring: NewComm: %d PEs need at least %d bytes of heap each for their lanes; the heap has %d: %w",
+				n, 2*(n-1)*commDepth*(minFrag+2*InlineMax+hdrLong), info.HeapSize, shmem.ErrHeapExhausted)
+		}
+	}
+	var lanes []Lane
+	for i := range n {
+		for j := range n {
+			if i != j {
+				lanes = append(lanes, Lane{From: i, To: j, Depth: commDepth, Capacity: hdrLong + frag})
+			}
+		}
+	}
+	r, err := newRingBell(pe, lanes, Safe, InlineMax, true)
+	if err != nil {
+		return nil, fmt.Errorf("ring: NewComm: %w", err)
+	}
+	rdv, err := shmem.Malloc[uint64](pe, rdvSlots)
+	if err != nil {
+		if cerr := r.Close(); cerr != nil {
+			return nil, fmt.Errorf("ring: NewComm: %w (and closing its lanes: %v)", err, cerr)
+		}
+		return nil, fmt.Errorf("ring: NewComm: %w", err)
+	}
+	e := &engine{pe: pe, me: me, npes: n, r: r, bell: r.bell, bellWord: r.bellWord, rdv: rdv, rdvLocal: rdv.Local(),
+		spin: !info.Oversubscribed, eagerMax: frag, cap: queueCap,
+		comms: map[uint32]*Comm{}, lanes: make([]inLane, n), rdvIn: map[rdvKey]*entry{},
+		batch: make([]Message, 0, 64)}
+	for s := rdvSlots - 1; s >= 0; s-- {
+		e.slotFree = append(e.slotFree, uint32(s))
+	}
+	return e, nil
+}
+
+func (e *engine) close() error {
+	if e.closed.Swap(true) {
+		return e.closedErr()
+	}
+	err := e.r.Close()
+	if ferr := shmem.Free(e.rdv); err == nil && ferr != nil {
+		err = fmt.Errorf("ring: Comm Close on PE %d: %w", e.me, ferr)
+	}
+	return err
+}
+
+// unlock releases mu, first waking this PE's sleepers if a request of
+// another goroutine completed meanwhile.
+func (e *engine) unlock() {
+	k := e.kick
+	e.kick = false
+	e.cur = nil
+	e.mu.Unlock()
+	if k {
+		e.kickSelf()
+	}
+}
+
+// kickSelf rings this PE's own doorbell: every call waiting on it looks
+// again.
+func (e *engine) kickSelf() { _ = shmem.AtomicAdd(e.bell, 0, 1, e.me) }
+
+// ringBell rings world PE p's doorbell without waiting. Under mu.
+func (e *engine) ringBell(p int) error {
+	return shmem.AtomicFetchAddNBI(&e.bellOld, e.bell, 0, 1, p)
+}
+
+func (e *engine) finish(q *request, st Status, err error) {
+	q.done, q.st, q.err = true, st, err
+	if q != e.cur {
+		e.kick = true
+	}
+}
+
+// waiter waits on the doorbell for one call, until the bell moves, ctx
+// ends, or shmem's wait fails (peer lost, timeout, finalized).
+type waiter struct {
+	stop func() bool
+}
+
+func (w *waiter) wait(ctx context.Context, e *engine, seen uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if e.closed.Load() {
+		return e.closedErr()
+	}
+	if e.spin && spinUntilNE(e.bellWord, seen) {
+		return nil
+	}
+	if w.stop == nil && ctx.Done() != nil {
+		w.stop = context.AfterFunc(ctx, e.kickSelf)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	if err := shmem.WaitUntil(e.bell, 0, shmem.CmpNE, seen); err != nil {
+		return fmt.Errorf("ring: Comm on PE %d: %w", e.me, err)
+	}
+	return nil
+}
+
+func (w *waiter) done() {
+	if w.stop != nil {
+		w.stop()
+	}
+}
+
+func spinUntilNE(word *uint64, seen uint64) bool {
+	for i := 0; i < recvSpin; i++ {
+		if atomic.LoadUint64(word) != seen {
+			return true
+		}
+	}
+	return false
+}
+
+// ctxErr wraps ctx's error for a call.
+func ctxErr(what string, err error) error {
+	return fmt.Errorf("ring: %s: %w", what, err)
+}
+
+// ---- receiving side ----
+
+// progress takes every message that has arrived on this PE's lanes:
+// first what the cap held back, then whatever Poll returns. Under mu.
+func (e *engine) progress() error {
+	var first error
+	note := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for src := range e.lanes {
+		l := &e.lanes[src]
+		for len(l.backlog) > 0 {
+			m := l.backlog[0]
+			ok, err := e.handle(src, m)
+			note(err)
+			if !ok {
+				break
+			}
+			l.backlog = l.backlog[1:]
+			note(e.processed(src, m.Seq))
+		}
+		if len(l.backlog) == 0 {
+			l.backlog = nil
+		}
+	}
+	batch, err := e.r.PollAppend(e.batch[:0])
+	for _, m := range batch {
+		l := &e.lanes[m.Origin]
+		if len(l.backlog) > 0 {
+			l.backlog = append(l.backlog, m)
+			continue
+		}
+		ok, herr := e.handle(m.Origin, m)
+		note(herr)
+		if !ok {
+			l.backlog = append(l.backlog, m)
+			continue
+		}
+		note(e.processed(m.Origin, m.Seq))
+	}
+	clear(batch)
+	e.batch = batch[:0]
+	note(err)
+	return first
+}
+
+// processed records that message seq from src is taken care of and
+// acknowledges every commAckBatch of them (ringing the sender's doorbell, in
+// case it waits for room).
+func (e *engine) processed(src int, seq uint64) error {
+	l := &e.lanes[src]
+	l.done = seq
+	if l.done-l.acked < commAckBatch {
+		return nil
+	}
+	l.acked = l.done
+	if err := e.r.Ack(src, l.done); err != nil {
+		return err
+	}
+	return e.ringBell(src)
+}
+
+// handle takes one lane message from world PE src. It returns false
+// when the message must stay in its lane (the queue is at its cap).
+func (e *engine) handle(src int, m Message) (bool, error) {
+	h, payload, err := parseHeader(m.Data)
+	if err != nil {
+		return true, fmt.Errorf("ring: Comm on PE %d: message %d from PE %d: %w", e.me, m.Seq, src, err)
+	}
+	c := e.comms[h.comm]
+	if c == nil || c.rank[src] < 0 {
+		return true, fmt.Errorf("ring: Comm on PE %d: message %d from PE %d names comm %d, which this PE does not have: %w", e.me, m.Seq, src, h.comm, shmem.ErrProtocol)
+	}
+	rs := c.rank[src]
+	switch h.typ {
+	case msgEager:
+		ent := &entry{src: rs, wsrc: src, tag: h.tag, kind: h.kind, bytes: len(payload), data: payload}
+		if done, err := c.offer(ent); done || err != nil {
+			return true, err
+		}
+		if e.queued+len(payload)+entryCost > e.cap {
+			return false, nil
+		}
+		ent.data = bytes.Clone(payload)
+		e.queued += len(payload) + entryCost
+		c.unexp = append(c.unexp, ent)
+	case msgRTS:
+		if e.queued+entryCost > e.cap {
+			return false, nil
+		}
+		ent := &entry{rdv: true, src: rs, wsrc: src, tag: h.tag, kind: h.kind, bytes: int(h.n), slot: h.slot, gen: h.gen}
+		if done, err := c.offer(ent); done || err != nil {
+			return true, err
+		}
+		e.queued += entryCost
+		c.unexp = append(c.unexp, ent)
+		e.rdvIn[rdvKey{src, h.slot}] = ent
+	case msgAbort:
+		// The sender gave up a message a receive had matched (or that
+		// is buffering); it comes after every frag it sent.
+		if ent := e.rdvIn[rdvKey{src, h.slot}]; ent != nil && ent.gen == h.gen && ent.epoch == h.epoch {
+			if q := ent.taker; q != nil {
+				e.kick = true // its receive looks again
+			}
+			c.drop(ent)
+			c.rematch()
+		}
+	case msgFrag:
+		ent := e.rdvIn[rdvKey{src, h.slot}]
+		if ent == nil || ent.gen != h.gen || ent.epoch != h.epoch || (ent.taker == nil && !ent.buffering) {
+			return true, nil // of a match that ended: dropped
+		}
+		if h.n > uint64(ent.bytes) || len(payload) > ent.bytes-int(h.n) {
+			return true, fmt.Errorf("ring: Comm on PE %d: a frag of %d bytes at %d of a %d-byte message from PE %d: %w",
+				e.me, len(payload), h.n, ent.bytes, src, shmem.ErrProtocol)
+		}
+		if q := ent.taker; q != nil {
+			copy(q.dst[h.n:], payload)
+		} else {
+			copy(ent.data[h.n:], payload)
+		}
+		ent.got += len(payload)
+		if ent.got == ent.bytes {
+			c.arrived(ent)
+		}
+	}
+	return true, nil
+}
+
+// arrived: the last frag of rendezvous message ent is in.
+func (c *Comm) arrived(ent *entry) {
+	e := c.e
+	delete(e.rdvIn, rdvKey{ent.wsrc, ent.slot})
+	if q := ent.taker; q != nil {
+		c.remove(ent)
+		q.ent = nil
+		e.finish(q, ent.status(), nil)
+	} else {
+		// Buffered whole: from now on it is like an eager message.
+		ent.rdv, ent.buffering = false, false
+	}
+	c.rematch()
+}
+
+// offer gives a message that just arrived to the posted receives, in
+// posting order. It reports whether the message is gone (received, or
+// dropped: a cancelled rts); otherwise the caller queues it (an rts may
+// then have a taker).
+func (c *Comm) offer(ent *entry) (bool, error) {
+	e := c.e
+	for i := 0; i < len(c.posted); {
+		q := c.posted[i]
+		if q.blocked || !q.matches(ent) {
+			i++
+			continue
+		}
+		if ent.taker != nil {
+			q.blocked = true
+			i++
+			continue
+		}
+		if q.probe {
+			c.unpost(i)
+			e.finish(q, ent.status(), nil)
+			continue
+		}
+		if err := q.fits(ent); err != nil {
+			c.unpost(i)
+			e.finish(q, ent.status(), err)
+			continue
+		}
+		if !ent.rdv {
+			copy(q.dst, ent.data)
+			c.unpost(i)
+			e.finish(q, ent.status(), nil)
+			return true, nil
+		}
+		ok, err := c.match(q, ent)
+		if err != nil || !ok {
+			return !ok, err
+		}
+		c.unpost(i)
+	}
+	return false, nil
+}
+
+// search looks for q's message among the queued ones: the first that
+// matches. It reports whether q is settled (finished, or taking a
+// rendezvous message); otherwise q must be posted (blocked when the
+// first match is being taken by another receive).
+func (c *Comm) search(q *request) (bool, error) {
+	e := c.e
+	for i := 0; i < len(c.unexp); {
+		ent := c.unexp[i]
+		if !q.matches(ent) {
+			i++
+			continue
+		}
+		if ent.taker != nil {
+			q.blocked = true
+			return false, nil
+		}
+		if q.probe {
+			if ent.rdv && !ent.buffering {
+				live, err := c.alive(ent)
+				if err != nil {
+					return false, err
+				}
+				if !live {
+					continue // dropped
+				}
+			}
+			e.finish(q, ent.status(), nil)
+			return true, nil
+		}
+		if err := q.fits(ent); err != nil {
+			e.finish(q, ent.status(), err)
+			return true, nil
+		}
+		switch {
+		case !ent.rdv:
+			copy(q.dst, ent.data)
+			c.removeAt(i)
+			e.queued -= ent.bytes + entryCost
+			e.finish(q, ent.status(), nil)
+			return true, nil
+		case ent.buffering:
+			copy(q.dst, ent.data[:ent.got])
+			e.queued -= ent.bytes
+			ent.data, ent.buffering, ent.taker, q.ent = nil, false, q, ent
+			return true, nil
+		}
+		ok, err := c.match(q, ent)
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			return true, nil
+		}
+		// dropped: look on
+	}
+	q.blocked = false
+	return false, nil
+}
+
+// match claims rendezvous message ent for q: a compare-and-swap of the
+// sender's state word from pending to matched (next epoch), then its
+// doorbell. When the sender cancelled first, ent is dropped and match
+// reports false.
+func (c *Comm) match(q *request, ent *entry) (bool, error) {
+	e := c.e
+	cond := rdvWord(ent.gen, ent.epoch, rdvPending)
+	old, err := shmem.AtomicCompareSwap(e.rdv, int(ent.slot), cond, rdvWord(ent.gen, ent.epoch+1, rdvMatched), ent.wsrc)
+	if err != nil {
+		return false, fmt.Errorf("ring: Comm on PE %d: claiming a %d-byte message from PE %d: %w", e.me, ent.bytes, ent.wsrc, err)
+	}
+	if old != cond {
+		if gen, _, st := rdvSplit(old); gen == ent.gen && st != rdvCancelled {
+			return false, fmt.Errorf("ring: Comm on PE %d: the rendezvous slot %d of PE %d is in state %d, want pending: %w", e.me, ent.slot, ent.wsrc, st, shmem.ErrProtocol)
+		}
+		c.drop(ent)
+		return false, nil
+	}
+	ent.epoch++
+	ent.taker, ent.got, q.ent = q, 0, ent
+	return true, e.ringBell(ent.wsrc)
+}
+
+// alive reports whether the sender of rendezvous message ent still
+// offers it (a remote read of its state word); a cancelled one is
+// dropped.
+func (c *Comm) alive(ent *entry) (bool, error) {
+	w, err := shmem.AtomicFetch(c.e.rdv, int(ent.slot), ent.wsrc)
+	if err != nil {
+		return false, fmt.Errorf("ring: Comm on PE %d: reading PE %d's rendezvous slot: %w", c.e.me, ent.wsrc, err)
+	}
+	if gen, _, st := rdvSplit(w); gen != ent.gen || st == rdvCancelled {
+		c.drop(ent)
+		return false, nil
+	}
+	return true, nil
+}
+
+// cancel withdraws q, which ended before it completed: off the posted
+// list, and a rendezvous message it was taking goes back to its place in
+// the queue (or, if its sender already finished, is buffered there).
+func (c *Comm) cancel(q *request) error {
+	if q.posted {
+		for i, p := range c.posted {
+			if p == q {
+				c.unpost(i)
+				break
+			}
+		}
+	}
+	ent := q.ent
+	if ent == nil {
+		return nil
+	}
+	e := c.e
+	q.ent, ent.taker = nil, nil
+	defer c.rematch()
+	cond := rdvWord(ent.gen, ent.epoch, rdvMatched)
+	old, err := shmem.AtomicCompareSwap(e.rdv, int(ent.slot), cond, rdvWord(ent.gen, ent.epoch, rdvPending), ent.wsrc)
+	if err != nil {
+		c.drop(ent)
+		return err
+	}
+	if old == cond {
+		return nil // pending again; the frags still on their way are dropped
+	}
+	// Done, or its slot already reused (after done, or after cancelled,
+	// in which case an abort follows the frags): buffer what comes.
+	if gen, _, st := rdvSplit(old); gen != ent.gen || st == rdvDone {
+		ent.data = make([]byte, ent.bytes)
+		copy(ent.data, q.dst[:ent.got])
+		ent.buffering = true
+		e.queued += ent.bytes
+		if ent.got == ent.bytes {
+			delete(e.rdvIn, rdvKey{ent.wsrc, ent.slot})
+			ent.rdv, ent.buffering = false, false
+		}
+		return nil
+	}
+	c.drop(ent)
+	return nil
+}
+
+// rematch runs every posted receive against the queue again, after a
+// message was taken, given back or dropped.
+func (c *Comm) rematch() {
+	for i := 0; i < len(c.posted); {
+		q := c.posted[i]
+		q.blocked = false
+		settled, err := c.search(q)
+		if err != nil {
+			c.unpost(i)
+			c.e.finish(q, Status{}, err)
+			continue
+		}
+		if settled {
+			c.unpost(i)
+			continue
+		}
+		i++
+	}
+}
+
+func (c *Comm) unpost(i int) {
+	c.posted[i].posted = false
+	c.posted = append(c.posted[:i], c.posted[i+1:]...)
+}
+
+func (c *Comm) removeAt(i int) { c.unexp = append(c.unexp[:i], c.unexp[i+1:]...) }
+
+func (c *Comm) remove(ent *entry) {
+	for i, x := range c.unexp {
+		if x == ent {
+			c.removeAt(i)
+			if ent.rdv {
+				c.e.queued -= entryCost
+			}
+			return
+		}
+	}
+}
+
+// drop forgets a rendezvous message (its sender cancelled it).
+func (c *Comm) drop(ent *entry) {
+	delete(c.e.rdvIn, rdvKey{ent.wsrc, ent.slot})
+	if ent.taker != nil {
+		ent.taker.ent = nil
+		ent.taker = nil
+	}
+	if ent.buffering {
+		c.e.queued -= ent.bytes
+	}
+	c.remove(ent)
+}
+
+// stuck reports whether q could be waiting for a message the cap holds
+// back in a lane.
+func (c *Comm) stuck(q *request) bool {
+	for src, l := range c.e.lanes {
+		if len(l.backlog) > 0 && (q.from == AnySource || c.world[q.from] == src) {
+			return true
+		}
+	}
+	return false
+}
+
+// recv runs Recv or Probe q to its end.
+func (e *engine) recv(ctx context.Context, c *Comm, q *request) (Status, error) {
+	what := "Recv"
+	if q.probe {
+		what = "Probe"
+	}
+	var w waiter
+	defer w.done()
+	for {
+		seen := atomic.LoadUint64(e.bellWord)
+		e.mu.Lock()
+		e.cur = q
+		err := e.progress()
+		if err == nil && !q.done && !q.posted && q.ent == nil {
+			var settled bool
+			if settled, err = c.search(q); err == nil && !settled {
+				q.posted = true
+				c.posted = append(c.posted, q)
+			}
+		}
+		if q.done {
+			e.unlock()
+			return q.st, q.err
+		}
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err == nil && c.stuck(q) {
+			err = fmt.Errorf("ring: %s on PE %d (from %d, tag %d): %d bytes of unexpected messages are queued, the cap is %d, and the message may be behind them: %w",
+				what, e.me, q.from, q.tag, e.queued, e.cap, ErrQueueFull)
+		}
+		if err != nil {
+			cerr := c.cancel(q)
+			e.unlock()
+			if cerr != nil {
+				return Status{}, fmt.Errorf("ring: %s: %w (and giving back a message: %v)", what, err, cerr)
+			}
+			return Status{}, ctxErr(what, err)
+		}
+		e.unlock()
+		if err := w.wait(ctx, e, seen); err != nil {
+			e.mu.Lock()
+			if q.done { // completed meanwhile: it counts
+				e.unlock()
+				return q.st, q.err
+			}
+			cerr := c.cancel(q)
+			e.unlock()
+			if cerr != nil {
+				return Status{}, fmt.Errorf("ring: %s: %w (and giving back a message: %v)", what, err, cerr)
+			}
+			return Status{}, ctxErr(what, err)
+		}
+	}
+}
+
+// ---- sending side ----
+
+// send sends data (team rank to, world PE dst) as one message.
+func (e *engine) send(ctx context.Context, c *Comm, to, tag int, kind uint8, data []byte) error {
+	dst := c.world[to]
+	if dst == e.me {
+		return e.sendSelf(c, tag, kind, data)
+	}
+	if len(data) <= e.eagerMax {
+		return e.sendEager(ctx, c, dst, tag, kind, data)
+	}
+	if uint64(len(data)) > maxMessage {
+		return fmt.Errorf("ring: Send of %d bytes: the longest message is %d bytes: %w", len(data), uint64(maxMessage), shmem.ErrInvalid)
+	}
+	return e.sendRdv(ctx, c, dst, tag, kind, data)
+}
+
+// trySend sends an eager message if its lane has room now.
+func (e *engine) trySend(c *Comm, to, tag int, kind uint8, data []byte) (bool, error) {
+	dst := c.world[to]
+	if dst == e.me {
+		return true, e.sendSelf(c, tag, kind, data)
+	}
+	if len(data) > e.eagerMax {
+		return false, nil
+	}
+	var h [hdrEager]byte
+	putEager(h[:], kind, c.id, tag)
+	_, sent, err := e.r.outTo[dst].sendv(e.r, h[:], data, false)
+	return sent, err
+}
+
+// sendSelf delivers a message to this PE: to a posted receive, or into
+// the queue (within its cap).
+func (e *engine) sendSelf(c *Comm, tag int, kind uint8, data []byte) error {
+	e.mu.Lock()
+	ent := &entry{src: c.me, wsrc: e.me, tag: tag, kind: kind, bytes: len(data), data: data}
+	done, err := c.offer(ent)
+	if err == nil && !done {
+		if e.queued+len(data)+entryCost > e.cap {
+			err = fmt.Errorf("ring: Send of %d bytes to this PE: %d bytes of unexpected messages are queued, the cap is %d: %w",
+				len(data), e.queued, e.cap, ErrQueueFull)
+		} else {
+			ent.data = bytes.Clone(data)
+			e.queued += len(data) + entryCost
+			c.unexp = append(c.unexp, ent)
+			e.kick = true // a Probe or Recv of another goroutine may be waiting
+		}
+	}
+	e.unlock()
+	return err
+}
+
+// sendLane sends hdr+data on the lane to world PE dst, waiting (ctx
+// bounded) for room, and taking this PE's own messages meanwhile so that
+// two PEs that fill each other's lanes do not wait for each other.
+func (e *engine) sendOn(ctx context.Context, w *waiter, dst int, hdr, data []byte) error {
+	l := e.r.outTo[dst]
+	for {
+		seen := atomic.LoadUint64(e.bellWord)
+		_, sent, err := l.sendv(e.r, hdr, data, false)
+		if err != nil || sent {
+			return err
+		}
+		e.mu.Lock()
+		err = e.progress()
+		e.unlock()
+		if err != nil {
+			return err
+		}
+		if err := w.wait(ctx, e, seen); err != nil {
+			return err
+		}
+	}
+}
+
+func (e *engine) sendEager(ctx context.Context, c *Comm, dst, tag int, kind uint8, data []byte) error {
+	var h [hdrEager]byte
+	putEager(h[:], kind, c.id, tag)
+	var w waiter
+	defer w.done()
+	if err := e.sendOn(ctx, &w, dst, h[:], data); err != nil {
+		return ctxErr("Send", err)
+	}
+	return nil
+}
+
+// takeSlot takes a free rendezvous slot, waiting for one if every slot
+// is in use.
+func (e *engine) takeSlot(ctx context.Context, w *waiter) (uint32, uint32, error) {
+	for {
+		seen := atomic.LoadUint64(e.bellWord)
+		e.mu.Lock()
+		if n := len(e.slotFree); n > 0 {
+			s := e.slotFree[n-1]
+			e.slotFree = e.slotFree[:n-1]
+			e.slotGen[s]++
+			g := e.slotGen[s]
+			e.mu.Unlock()
+			return s, g, nil
+		}
+		err := e.progress()
+		e.unlock()
+		if err == nil {
+			err = w.wait(ctx, e, seen)
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+}
+
+func (e *engine) releaseSlot(s uint32) {
+	e.mu.Lock()
+	e.slotFree = append(e.slotFree, s)
+	e.kick = true
+	e.unlock()
+}
+
+// sendRdv sends a message longer than the eager limit: an rts on the
+// lane, then, once a receiver has matched it (its compare-and-swap of
+// this PE's state word from pending to matched), the data in frags
+// through the lane's bulk areas, then done. A receiver that gives the
+// match back (matched → pending) restarts the stream at the next match;
+// ctx ending first moves the word to cancelled, after which receivers
+// drop the message.
+func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8, data []byte) (err error) {
+	var w waiter
+	defer w.done()
+	slot, gen, err := e.takeSlot(ctx, &w)
+	if err != nil {
+		return ctxErr("Send", err)
+	}
+	defer e.releaseSlot(slot)
+	word := &e.rdvLocal[slot]
+	if err := shmem.AtomicSet(e.rdv, int(slot), rdvWord(gen, 0, rdvPending), e.me); err != nil {
+		return ctxErr("Send", err)
+	}
+	var h [hdrLong]byte
+	putLong(h[:], msgRTS, kind, c.id, tag, slot, uint64(len(data)), gen, 0)
+	if err := e.sendOn(ctx, &w, dst, h[:], nil); err != nil {
+		return ctxErr("Send", err)
+	}
+	l := e.r.outTo[dst]
+	ep, off := uint32(0), 0
+	for {
+		seen := atomic.LoadUint64(e.bellWord)
+		v := atomic.LoadUint64(word)
+		g, epoch, st := rdvSplit(v)
+		if g != gen {
+			return fmt.Errorf("ring: Send on PE %d: rendezvous slot %d has generation %d, want %d: %w", e.me, slot, g, gen, shmem.ErrProtocol)
+		}
+		moved := false
+		switch st {
+		case rdvPending:
+		case rdvMatched:
+			if epoch != ep {
+				ep, off = epoch, 0
+			}
+			for off < len(data) && ctx.Err() == nil && atomic.LoadUint64(word) == v {
+				n := min(e.eagerMax, len(data)-off)
+				putLong(h[:], msgFrag, kind, c.id, 0, slot, uint64(off), gen, ep)
+				_, sent, err := l.sendv(e.r, h[:], data[off:off+n], false)
+				if err != nil {
+					return ctxErr("Send", err)
+				}
+				if !sent {
+					break
+				}
+				off += n
+				moved = true
+			}
+			if off == len(data) {
+				old, err := shmem.AtomicCompareSwap(e.rdv, int(slot), v, rdvWord(gen, ep, rdvDone), e.me)
+				if err != nil {
+					return ctxErr("Send", err)
+				}
+				if old == v {
+					return nil
+				}
+				continue // given back meanwhile: look again
+			}
+		default:
+			return fmt.Errorf("ring: Send on PE %d: rendezvous slot %d in state %d: %w", e.me, slot, st, shmem.ErrProtocol)
+		}
+		if moved && ctx.Err() == nil {
+			continue
+		}
+		werr := ctx.Err()
+		if werr == nil {
+			e.mu.Lock()
+			werr = e.progress()
+			e.unlock()
+		}
+		if werr == nil {
+			if werr = w.wait(ctx, e, seen); werr == nil {
+				continue
+			}
+		}
+		// Ending (ctx, or the wait failed): withdraw the message, unless
+		// the word moved meanwhile (then look again).
+		old, cerr := shmem.AtomicCompareSwap(e.rdv, int(slot), v, rdvWord(gen, epoch, rdvCancelled), e.me)
+		if cerr != nil {
+			return ctxErr("Send", werr)
+		}
+		if old != v {
+			continue
+		}
+		if st == rdvMatched {
+			// A receive is taking it: tell it, after the frags sent.
+			putLong(h[:], msgAbort, kind, c.id, 0, slot, 0, gen, epoch)
+			var aw waiter
+			err := e.sendOn(context.Background(), &aw, dst, h[:], nil)
+			aw.done()
+			if err != nil {
+				return ctxErr("Send", fmt.Errorf("%w (and telling the receiver: %v)", werr, err))
+			}
+		}
+		return ctxErr("Send", werr)
+	}
+}

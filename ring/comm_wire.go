@@ -1,0 +1,130 @@
+package ring
+
+import (
+	"encoding/binary"
+	"fmt"
+	"reflect"
+
+	"github.com/goshmem/goshmem/shmem"
+)
+
+// The Comm header: the first bytes of every lane message a Comm sends.
+// docs/ring.md ("Comm protocol") holds the normative copy of this table.
+// All integers are little-endian.
+//
+//	offset  width  field
+//	0       1      type: 1 eager (the payload follows), 2 rts (announces a
+//	               rendezvous message), 3 frag (a piece of one), 4 abort
+//	               (its sender gave up a matched rendezvous message)
+//	1       1      kind: the element kind (reflect.Kind of the element type)
+//	2       2      zero
+//	4       4      comm: the Comm's id (0 for a Comm over a team of every PE)
+//	8       4      tag (eager, rts); zero (frag)
+//	12      4      eager: zero. rts, frag, abort: the sender's rendezvous slot
+//	16      8      rts: the message's length in bytes. frag: the offset of
+//	               this piece in the message
+//	24      4      rts, frag, abort: the slot's generation
+//	28      4      rts: zero. frag, abort: the match epoch it belongs to
+//
+// An eager header is 16 bytes, the others 32; the payload (of
+// an eager message or a frag) follows the header in the same lane message.
+const (
+	msgEager = 1
+	msgRTS   = 2
+	msgFrag  = 3
+	msgAbort = 4
+
+	hdrEager = 16
+	hdrLong  = 32
+)
+
+// header is a parsed Comm header.
+type header struct {
+	typ   uint8
+	kind  uint8
+	comm  uint32
+	tag   int
+	slot  uint32
+	n     uint64 // rts: length; frag: offset
+	gen   uint32
+	epoch uint32
+}
+
+func putEager(b []byte, kind uint8, comm uint32, tag int) {
+	clear(b[:hdrEager])
+	b[0], b[1] = msgEager, kind
+	binary.LittleEndian.PutUint32(b[4:], comm)
+	binary.LittleEndian.PutUint32(b[8:], uint32(tag))
+}
+
+func putLong(b []byte, typ, kind uint8, comm uint32, tag int, slot uint32, n uint64, gen, epoch uint32) {
+	clear(b[:hdrLong])
+	b[0], b[1] = typ, kind
+	binary.LittleEndian.PutUint32(b[4:], comm)
+	binary.LittleEndian.PutUint32(b[8:], uint32(tag))
+	binary.LittleEndian.PutUint32(b[12:], slot)
+	binary.LittleEndian.PutUint64(b[16:], n)
+	binary.LittleEndian.PutUint32(b[24:], gen)
+	binary.LittleEndian.PutUint32(b[28:], epoch)
+}
+
+// parseHeader reads the header of lane message b and returns it with the
+// payload. It never panics: a message too short for its type, or of an
+// unknown type, is ErrProtocol.
+func parseHeader(b []byte) (header, []byte, error) {
+	if len(b) < hdrEager {
+		return header{}, nil, fmt.Errorf("ring: Comm message of %d bytes, shorter than a header: %w", len(b), shmem.ErrProtocol)
+	}
+	h := header{typ: b[0], kind: b[1], comm: binary.LittleEndian.Uint32(b[4:]),
+		tag: int(binary.LittleEndian.Uint32(b[8:]))}
+	switch h.typ {
+	case msgEager:
+		if h.tag > MaxTag {
+			return h, nil, fmt.Errorf("ring: Comm message with tag %d: %w", h.tag, shmem.ErrProtocol)
+		}
+		return h, b[hdrEager:], nil
+	case msgRTS, msgFrag, msgAbort:
+		if len(b) < hdrLong {
+			return h, nil, fmt.Errorf("ring: Comm message of type %d and %d bytes, shorter than its header: %w", h.typ, len(b), shmem.ErrProtocol)
+		}
+		h.slot = binary.LittleEndian.Uint32(b[12:])
+		h.n = binary.LittleEndian.Uint64(b[16:])
+		h.gen = binary.LittleEndian.Uint32(b[24:])
+		h.epoch = binary.LittleEndian.Uint32(b[28:])
+		if h.slot >= rdvSlots || (h.typ == msgRTS && (h.tag > MaxTag || h.n > maxMessage)) {
+			return h, nil, fmt.Errorf("ring: Comm message of type %d: slot %d, tag %d, length %d out of range: %w", h.typ, h.slot, h.tag, h.n, shmem.ErrProtocol)
+		}
+		if h.typ != msgFrag && len(b) != hdrLong {
+			return h, nil, fmt.Errorf("ring: Comm rts of %d bytes: %w", len(b), shmem.ErrProtocol)
+		}
+		return h, b[hdrLong:], nil
+	}
+	return h, nil, fmt.Errorf("ring: Comm message of unknown type %d: %w", h.typ, shmem.ErrProtocol)
+}
+
+// The rendezvous state word, one per slot in the sender's heap:
+//
+//	bits 0..7    state: 0 free, 1 pending, 2 matched, 3 cancelled, 4 done
+//	bits 8..31   epoch: how many times a receiver has matched it
+//	bits 32..63  generation: the slot's use (rises with every message)
+const (
+	rdvFree      = 0
+	rdvPending   = 1
+	rdvMatched   = 2
+	rdvCancelled = 3
+	rdvDone      = 4
+)
+
+func rdvWord(gen, epoch uint32, st uint8) uint64 {
+	return uint64(gen)<<32 | uint64(epoch&0xFFFFFF)<<8 | uint64(st)
+}
+
+func rdvSplit(w uint64) (gen, epoch uint32, st uint8) {
+	return uint32(w >> 32), uint32(w>>8) & 0xFFFFFF, uint8(w)
+}
+
+// kindOf is T's element kind as the header carries it.
+func kindOf[T shmem.Elem]() uint8 { return uint8(reflect.TypeFor[T]().Kind()) }
+
+// kindName names a header kind for error messages.
+func kindName(k uint8) string { return reflect.Kind(k).String() }
