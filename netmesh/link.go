@@ -246,11 +246,8 @@ const stridedBatch = 64 << 10
 
 // PutStrided writes n elements of width bytes (1..copyMax): element k is
 // src[k*srcStride*width:][:width] and goes to off+k*dstStride*width of
-// the peer's segment (strides in elements, at least 1). It is Put for a
-// strided pattern (shmem's IPut): the elements are copied into PUT frames
-// that leave together, about stridedBatch bytes per write, instead of one
-// write each, and it returns when src may be reused. Every element's
-// range is checked before anything is queued.
+// the peer's segment (strides in elements, at least 1). It is PutBlocks
+// with the strides in bytes (shmem's IPut).
 func (l *Link) PutStrided(off uint64, dstStride int, src []byte, srcStride, width, n int) error {
 	switch {
 	case n == 0:
@@ -258,21 +255,58 @@ func (l *Link) PutStrided(off uint64, dstStride int, src []byte, srcStride, widt
 	case n < 0 || width < 1 || width > copyMax || dstStride < 1 || srcStride < 1:
 		return fmt.Errorf("netmesh: strided put of %d elements of %d bytes, strides %d and %d: %w", n, width, dstStride, srcStride, errs.Invalid)
 	}
-	// Both extents without overflow: a stride is compared with the space
-	// before it is multiplied (width is at most copyMax).
-	srcOK := len(src) >= width && (n == 1 || (srcStride <= len(src) &&
-		uint64(n-1) <= uint64(len(src)-width)/(uint64(srcStride)*uint64(width))))
-	if !srcOK {
+	if n == 1 {
+		return l.PutBlocks(off, width, src, width, width, 1)
+	}
+	// A stride that does not fit in the space in bytes reaches past it:
+	// compared before it is multiplied.
+	if uint64(srcStride) > uint64(len(src))/uint64(width) {
 		return fmt.Errorf("netmesh: strided put of %d elements of %d bytes with stride %d from a %d-byte source: %w", n, width, srcStride, len(src), errs.OutOfBounds)
 	}
-	span := uint64(dstStride) * uint64(width)
-	dstOK := uint64(width) <= l.peerMem && (n == 1 || (uint64(dstStride) <= l.peerMem &&
-		uint64(n-1) <= (l.peerMem-uint64(width))/span))
-	if !dstOK {
+	if uint64(dstStride) > l.peerMem/uint64(width) {
 		return fmt.Errorf("netmesh: strided put of %d elements of %d bytes with stride %d at offset %d on PE %d: past its %d-byte segment: %w", n, width, dstStride, off, l.rank, l.peerMem, errs.OutOfBounds)
 	}
-	if err := l.checkRange("strided put", off, int(span*uint64(n-1))+width); err != nil {
+	return l.PutBlocks(off, dstStride*width, src, srcStride*width, width, n)
+}
+
+// PutBlocks writes n blocks of width bytes: block k is
+// src[k*srcStride:][:width] and goes to off+k*dstStride of the peer's
+// segment (strides in bytes, at least 1; blocks are applied in order, so
+// where destination blocks overlap the later one wins). It is Put for a
+// block-strided pattern (shmem's IPut and IBPut): blocks of up to copyMax
+// bytes are copied into PUT frames that leave together, about
+// stridedBatch bytes per write, instead of one write each; larger blocks
+// are Puts of their own. It returns when src may be reused. Every block's
+// range is checked, without overflow, before anything is queued.
+func (l *Link) PutBlocks(off uint64, dstStride int, src []byte, srcStride, width, n int) error {
+	switch {
+	case n == 0 || width == 0:
+		return nil
+	case n < 0 || width < 0 || dstStride < 1 || srcStride < 1:
+		return fmt.Errorf("netmesh: block-strided put of %d blocks of %d bytes, strides %d and %d: %w", n, width, dstStride, srcStride, errs.Invalid)
+	}
+	// Both extents without overflow: a stride is compared with the space
+	// before it is multiplied.
+	srcOK := len(src) >= width && (n == 1 || uint64(n-1) <= uint64(len(src)-width)/uint64(srcStride))
+	if !srcOK {
+		return fmt.Errorf("netmesh: block-strided put of %d blocks of %d bytes with stride %d from a %d-byte source: %w", n, width, srcStride, len(src), errs.OutOfBounds)
+	}
+	dstOK := uint64(width) <= l.peerMem && (n == 1 || uint64(n-1) <= (l.peerMem-uint64(width))/uint64(dstStride))
+	if !dstOK {
+		return fmt.Errorf("netmesh: block-strided put of %d blocks of %d bytes with stride %d at offset %d on PE %d: past its %d-byte segment: %w", n, width, dstStride, off, l.rank, l.peerMem, errs.OutOfBounds)
+	}
+	span := uint64(dstStride)
+	if err := l.checkRange("block-strided put", off, int(span*uint64(n-1))+width); err != nil {
 		return err
+	}
+	if width > copyMax {
+		for k := 0; k < n; k++ {
+			e := k * srcStride
+			if err := l.Put(off+uint64(k)*span, src[e:e+width]); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	q := l.streams[0].q
 	for k := 0; k < n; {
@@ -284,7 +318,7 @@ func (l *Link) PutStrided(off uint64, dstStride int, src []byte, srcStride, widt
 		for ; k < n && len(b.buf)-start < stridedBatch; k++ {
 			old := len(b.buf)
 			b.buf = appendPut(b.buf, off+uint64(k)*span, uint32(width))
-			e := k * srcStride * width
+			e := k * srcStride
 			b.buf = append(b.buf, src[e:e+width]...)
 			b.addBuf(old)
 			q.sent.Add(1)
@@ -301,6 +335,17 @@ func (l *Link) PutStrided(off uint64, dstStride int, src []byte, srcStride, widt
 // The peer applies the data before the signal. It returns when src may be
 // reused. The data always travels on stream 0, with the signal.
 func (l *Link) PutSignal(off uint64, src []byte, sigOff uint64, add bool, v uint64) error {
+	return l.putSignal(off, src, sigOff, add, v, true)
+}
+
+// PutSignalNBI is PutSignal without waiting: src must not change until
+// the next Flush returns, and the frames leave with the link's writer
+// goroutine or the next write on stream 0.
+func (l *Link) PutSignalNBI(off uint64, src []byte, sigOff uint64, add bool, v uint64) error {
+	return l.putSignal(off, src, sigOff, add, v, false)
+}
+
+func (l *Link) putSignal(off uint64, src []byte, sigOff uint64, add bool, v uint64, blocking bool) error {
 	if err := l.checkRange("put-signal data", off, len(src)); err != nil {
 		return err
 	}
@@ -341,6 +386,9 @@ func (l *Link) PutSignal(off uint64, src []byte, sigOff uint64, add bool, v uint
 		ext = true
 	}
 	q.sent.Add(1)
+	if !blocking {
+		return l.opErr(q.commit(sendLater, false))
+	}
 	return l.opErr(q.commit(sendNow, ext))
 }
 
