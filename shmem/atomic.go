@@ -11,11 +11,23 @@ type AtomicElem interface {
 	~int32 | ~int64 | ~int | ~uint32 | ~uint64 | ~uint
 }
 
+// ExtendedElem is the set of element types of OpenSHMEM's extended
+// atomics: AtomicFetch, AtomicSet, AtomicSwap and their NBI forms take
+// float32 and float64 as well. They move bit patterns only, so a float
+// atomic is the integer atomic of its width on the same bits: a hardware
+// atomic on the mapped word over shared memory, and the same ATOMIC frame
+// over TCP, which the peer applies with the same hardware atomic, so the
+// two routes are coherent on one word. No bit is changed (NaN payloads
+// and -0 survive). The arithmetic and bitwise atomics stay AtomicElem.
+type ExtendedElem interface {
+	AtomicElem | ~float32 | ~float64
+}
+
 // amo applies op to element i of s on target and returns the old value.
 // Over shared memory it is a hardware atomic on the mapped word; the
 // netmesh reader applies remote requests with the same helpers, so both
 // paths are coherent on one word.
-func amo[T AtomicElem](s Sym[T], i int, op heap.AtomicOp, v, cond T, target int) (T, error) {
+func amo[T ExtendedElem](s Sym[T], i int, op heap.AtomicOp, v, cond T, target int) (T, error) {
 	if p, off := s.local(i, 1, target); p != nil {
 		old := heap.AtomicAt(p.mem, off, sizeOf[T](), op, toBits(v), toBits(cond))
 		if op != heap.OpFetch {
@@ -45,7 +57,7 @@ func amo[T AtomicElem](s Sym[T], i int, op heap.AtomicOp, v, cond T, target int)
 // memory it is amo; over TCP it does not wait for the peer: the request
 // travels in order in the link's stream and is complete at the next
 // Quiet, as OpenSHMEM's non-fetching atomics are.
-func amoSet[T AtomicElem](s Sym[T], i int, op heap.AtomicOp, v T, target int) error {
+func amoSet[T ExtendedElem](s Sym[T], i int, op heap.AtomicOp, v T, target int) error {
 	if p, off := s.local(i, 1, target); p != nil {
 		heap.AtomicAt(p.mem, off, sizeOf[T](), op, toBits(v), 0)
 		notifyAtomic(p, off, uint64(sizeOf[T]()))
@@ -65,18 +77,21 @@ func amoSet[T AtomicElem](s Sym[T], i int, op heap.AtomicOp, v T, target int) er
 	return nil
 }
 
-// AtomicFetch atomically reads element i of s on target.
-func AtomicFetch[T AtomicElem](s Sym[T], i, target int) (T, error) {
+// AtomicFetch atomically reads element i of s on target (any
+// ExtendedElem, floats included).
+func AtomicFetch[T ExtendedElem](s Sym[T], i, target int) (T, error) {
 	return amo(s, i, heap.OpFetch, 0, 0, target)
 }
 
-// AtomicSet atomically stores v into element i of s on target.
-func AtomicSet[T AtomicElem](s Sym[T], i int, v T, target int) error {
+// AtomicSet atomically stores v into element i of s on target (any
+// ExtendedElem).
+func AtomicSet[T ExtendedElem](s Sym[T], i int, v T, target int) error {
 	return amoSet(s, i, heap.OpSet, v, target)
 }
 
-// AtomicSwap atomically stores v and returns the old value.
-func AtomicSwap[T AtomicElem](s Sym[T], i int, v T, target int) (T, error) {
+// AtomicSwap atomically stores v and returns the old value (any
+// ExtendedElem).
+func AtomicSwap[T ExtendedElem](s Sym[T], i int, v T, target int) (T, error) {
 	return amo(s, i, heap.OpSwap, v, 0, target)
 }
 
@@ -139,7 +154,7 @@ func AtomicXor[T AtomicElem](s Sym[T], i int, v T, target int) error {
 // The non-blocking fetching atomics: *dst holds the old value after the
 // next Quiet of s's context (over shared memory, already on return).
 
-func amoNBI[T AtomicElem](dst *T, s Sym[T], i int, op heap.AtomicOp, v, cond T, target int) error {
+func amoNBI[T ExtendedElem](dst *T, s Sym[T], i int, op heap.AtomicOp, v, cond T, target int) error {
 	if dst == nil {
 		return fmt.Errorf("shmem: non-blocking atomic with a nil destination: %w", ErrInvalid)
 	}
@@ -166,11 +181,11 @@ func amoNBI[T AtomicElem](dst *T, s Sym[T], i int, op heap.AtomicOp, v, cond T, 
 	return nil
 }
 
-func AtomicFetchNBI[T AtomicElem](dst *T, s Sym[T], i, target int) error {
+func AtomicFetchNBI[T ExtendedElem](dst *T, s Sym[T], i, target int) error {
 	return amoNBI(dst, s, i, heap.OpFetch, 0, 0, target)
 }
 
-func AtomicSwapNBI[T AtomicElem](dst *T, s Sym[T], i int, v T, target int) error {
+func AtomicSwapNBI[T ExtendedElem](dst *T, s Sym[T], i int, v T, target int) error {
 	return amoNBI(dst, s, i, heap.OpSwap, v, 0, target)
 }
 

@@ -21,8 +21,9 @@ import (
 type Context struct {
 	pe     *PE
 	id     uint64
+	team   *Team // whose PE numbers the context's operations take (teamctx.go)
 	closed atomic.Bool
-	remote []atomic.Bool // by PE: an operation through c went over that PE's link since c's last Quiet
+	remote []atomic.Bool // by world rank: an operation through c went over that PE's link since c's last Quiet
 }
 
 // NewContext creates a context on this PE.
@@ -36,7 +37,11 @@ func (pe *PE) NewContext() (*Context, error) {
 	if err := pe.alive(); err != nil {
 		return nil, err
 	}
-	return &Context{pe: pe, id: pe.ctxSeq.Add(1), remote: make([]atomic.Bool, pe.npes)}, nil
+	return pe.newContext(pe.world), nil
+}
+
+func (pe *PE) newContext(t *Team) *Context {
+	return &Context{pe: pe, id: pe.ctxSeq.Add(1), team: t, remote: make([]atomic.Bool, pe.npes)}
 }
 
 func (c *Context) check() error {
@@ -52,13 +57,14 @@ func (c *Context) check() error {
 	return c.pe.alive()
 }
 
-// Team is the team whose PE numbers the context's operations take: the
-// world team for a context from PE.NewContext.
+// Team is the team whose PE numbers the context's operations take
+// (shmem_ctx_get_team): the world team for a context from PE.NewContext,
+// t for one from t.NewContext.
 func (c *Context) Team() *Team {
 	if c == nil {
 		return nil
 	}
-	return c.pe.world
+	return c.team
 }
 
 // Fence orders the context's operations to each target: those issued
@@ -73,7 +79,7 @@ func (c *Context) Quiet() error {
 }
 
 // PEQuiet completes the operations issued through the context to the
-// given targets (PE numbers of c.Team()).
+// given targets (PE numbers of c.Team(); one outside it is ErrBadPE).
 func (c *Context) PEQuiet(targets ...int) error {
 	if targets == nil {
 		targets = []int{}
@@ -120,10 +126,14 @@ func (c *Context) links(targets []int, quiet bool) error {
 		return nil
 	}
 	for _, t := range targets {
-		if _, err := pe.peer(t); err != nil {
+		r, err := c.teamRank(t)
+		if err != nil {
 			return err
 		}
-		if err := one(t); err != nil {
+		if _, err := pe.peer(r); err != nil {
+			return err
+		}
+		if err := one(r); err != nil {
 			return err
 		}
 	}

@@ -43,12 +43,13 @@ func (pe *PE) storeWord(target int, off uint64, v uint64) error {
 type remoteLink interface {
 	Put(off uint64, src []byte) error
 	PutNBI(off uint64, src []byte) error
-	PutStrided(off uint64, dstStride int, src []byte, srcStride, width, n int) error
+	PutBlocks(off uint64, dstStride int, src []byte, srcStride, width, n int) error
 	Get(dst []byte, off uint64) error
 	GetNBI(dst []byte, off uint64) error
 	Atomic(width int, op heap.AtomicOp, off, v, cond uint64) (uint64, error)
 	AtomicNBI(width int, op heap.AtomicOp, off, v, cond uint64, dst *uint64) error
 	PutSignal(off uint64, src []byte, sigOff uint64, add bool, v uint64) error
+	PutSignalNBI(off uint64, src []byte, sigOff uint64, add bool, v uint64) error
 	Signal(off, v uint64) error
 	Flush() error
 	Fence() error

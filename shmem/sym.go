@@ -137,8 +137,15 @@ func (s Sym[T]) span(i, cnt, target int) (*PE, *peer, uint64, error) {
 		return nil, nil, 0, fmt.Errorf("shmem: context %d is closed: %w", s.ctx.id, ErrFinalized)
 	}
 	pe := s.b.pe
-	if s.ctx != nil && s.ctx.pe != pe {
-		return nil, nil, 0, fmt.Errorf("shmem: a handle of PE %d bound to a context of PE %d: %w", pe.rank, s.ctx.pe.rank, ErrInvalid)
+	if s.ctx != nil {
+		if s.ctx.pe != pe {
+			return nil, nil, 0, fmt.Errorf("shmem: a handle of PE %d bound to a context of PE %d: %w", pe.rank, s.ctx.pe.rank, ErrInvalid)
+		}
+		// A team context's PE numbers are its team's.
+		var err error
+		if target, err = s.ctx.rank(target); err != nil {
+			return nil, nil, 0, err
+		}
 	}
 	if err := pe.enter(); err != nil {
 		return nil, nil, 0, err

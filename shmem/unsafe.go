@@ -38,7 +38,7 @@ func toBits[T any](v T) uint64 {
 	case 8:
 		return *(*uint64)(unsafe.Pointer(&v))
 	}
-	panic("shmem: toBits on a type that is not 4 or 8 bytes (AtomicElem rules it out)")
+	panic("shmem: toBits on a type that is not 4 or 8 bytes (ExtendedElem rules it out)")
 }
 
 func fromBits[T any](b uint64) T {
@@ -49,7 +49,7 @@ func fromBits[T any](b uint64) T {
 	case 8:
 		*(*uint64)(unsafe.Pointer(&v)) = b
 	default:
-		panic("shmem: fromBits on a type that is not 4 or 8 bytes (AtomicElem rules it out)")
+		panic("shmem: fromBits on a type that is not 4 or 8 bytes (ExtendedElem rules it out)")
 	}
 	return v
 }
