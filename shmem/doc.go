@@ -22,6 +22,31 @@
 // Same-host PEs map each other's heaps: a put is a copy, an atomic is a
 // hardware atomic on the shared word, and Fence/Quiet cost nothing more.
 //
+// Every OpenSHMEM 1.5 and 1.6 routine family has a Go spelling or a
+// stated reason to be absent (docs/openshmem.md lists them, with the
+// shapes that differ from C). Among them, the multi-element waits watch
+// several elements of this PE's copy at once, each against its own value
+// in the Vector forms; a mask selects the watched elements (true:
+// watched, the opposite of C's status array):
+//
+//	flags, _ := shmem.Malloc[int64](pe, n)     // flags[i] is raised by PE i
+//	err = shmem.WaitUntilAllVector(flags, nil, shmem.CmpGE, thresholds)
+//	i, err := shmem.TestAny(flags, mask, shmem.CmpNE, 0) // -1 when none
+//
+// Put-with-signal delivers data and then updates a signal word, so that
+// the PE waiting on the signal sees the data; the NBI form leaves src to
+// the library until Quiet, so a stream of chunks leaves without waiting:
+//
+//	for c, buf := range chunks { // buf untouched until the Quiet
+//		err = shmem.PutSignalNBI(data.Slice(c*n, (c+1)*n), buf, sig, 1, shmem.SignalAdd, peer)
+//	}
+//	err = pe.Quiet()
+//	// on peer: shmem.SignalWaitUntil(sig, shmem.CmpEQ, uint64(len(chunks)))
+//
+// Contexts (PE.NewContext, Team.NewContext) are independent completion
+// streams: bind a handle with s.Via(c), and c.Quiet completes what went
+// through c only. A team context takes PE numbers in its team.
+//
 // Caveats:
 //   - A *PE is safe for concurrent use by many goroutines. Collective
 //     calls (Malloc, Free, barriers, team creation, Finalize) must be made

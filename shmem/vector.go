@@ -12,15 +12,19 @@ import "fmt"
 // load, so a remote AtomicSet, Put or PutSignal into the object is seen
 // as it lands.
 
-// watch is one multi-element wait or test: the selected indices and what
-// each is compared with.
+// watch is one multi-element wait or test: the selected elements and
+// what each is compared with. It allocates nothing until a wait has to
+// wait (the result of the Some forms aside).
 type watch[T AtomicElem] struct {
-	s   Sym[T]
-	idx []int // the selected indices, ascending
-	cmp Cmp
-	v   T
-	vs  []T // the Vector forms: element i is compared with vs[i]
+	s    Sym[T]
+	mask []bool // nil: every element
+	cmp  Cmp
+	v    T
+	vs   []T // the Vector forms: element i is compared with vs[i]
 }
+
+// sel reports whether element i is selected.
+func (w *watch[T]) sel(i int) bool { return w.mask == nil || w.mask[i] }
 
 // holds reports whether element i satisfies the watch's comparison.
 func (w *watch[T]) holds(i int) bool {
@@ -31,33 +35,48 @@ func (w *watch[T]) holds(i int) bool {
 	return compare(loadLocal(w.s, i), w.cmp, want)
 }
 
+// none reports whether nothing is selected.
+func (w *watch[T]) none() bool {
+	for i := 0; i < w.s.n; i++ {
+		if w.sel(i) {
+			return false
+		}
+	}
+	return true
+}
+
 // what names the watch in a timeout or loss error.
-func (w *watch[T]) what(kind string, done int) string {
+func (w *watch[T]) what(kind string, seen int) string {
+	k := 0
+	for i := 0; i < w.s.n; i++ {
+		if w.sel(i) {
+			k++
+		}
+	}
 	with := fmt.Sprint(w.v)
 	if w.vs != nil {
 		with = "their vector entries"
 	}
-	return fmt.Sprintf("%s of %d selected elements at offset %d to be %v %s (%d seen)", kind, len(w.idx), w.s.off, w.cmp, with, done)
+	return fmt.Sprintf("%s of %d selected elements at offset %d to be %v %s (%d seen)", kind, k, w.s.off, w.cmp, with, seen)
 }
 
 // newWatch validates a multi-element call and enters the PE; on success
 // the caller calls pe.leave when done. vector says whether vs is the
 // comparand vector (which must have one entry per element of s).
-func newWatch[T AtomicElem](s Sym[T], mask []bool, cmp Cmp, v T, vs []T, vector bool) (*PE, *watch[T], error) {
+func newWatch[T AtomicElem](s Sym[T], mask []bool, cmp Cmp, v T, vs []T, vector bool) (*PE, watch[T], error) {
 	pe, err := localCheck(s, cmp)
 	if err != nil {
-		return nil, nil, err
+		return nil, watch[T]{}, err
 	}
 	if vector && len(vs) != s.n {
 		pe.leave()
-		return nil, nil, fmt.Errorf("shmem: comparison vector of %d values for a %d-element object: %w", len(vs), s.n, ErrInvalid)
+		return nil, watch[T]{}, fmt.Errorf("shmem: comparison vector of %d values for a %d-element object: %w", len(vs), s.n, ErrInvalid)
 	}
-	idx, err := selected(mask, s.n)
-	if err != nil {
+	if mask != nil && len(mask) != s.n {
 		pe.leave()
-		return nil, nil, err
+		return nil, watch[T]{}, fmt.Errorf("shmem: mask of %d entries for a %d-element object: %w", len(mask), s.n, ErrOutOfBounds)
 	}
-	w := &watch[T]{s: s, idx: idx, cmp: cmp, v: v}
+	w := watch[T]{s: s, mask: mask, cmp: cmp, v: v}
 	if vector {
 		w.vs = vs
 		if w.vs == nil {
@@ -67,19 +86,15 @@ func newWatch[T AtomicElem](s Sym[T], mask []bool, cmp Cmp, v T, vs []T, vector 
 	return pe, w, nil
 }
 
-// selected lists the indices a mask selects: mask[i] true means element i
-// takes part; a nil mask selects every element.
-func selected(mask []bool, n int) ([]int, error) {
-	if mask != nil && len(mask) != n {
-		return nil, fmt.Errorf("shmem: mask of %d entries for a %d-element object: %w", len(mask), n, ErrOutOfBounds)
-	}
-	idx := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		if mask == nil || mask[i] {
-			idx = append(idx, i)
+// allFrom returns the first selected index from next on that does not
+// hold, or the object's length when every one does.
+func (w *watch[T]) allFrom(next int) int {
+	for ; next < w.s.n; next++ {
+		if w.sel(next) && !w.holds(next) {
+			break
 		}
 	}
-	return idx, nil
+	return next
 }
 
 // waitAll returns once every selected element satisfied the comparison.
@@ -87,20 +102,19 @@ func selected(mask []bool, n int) ([]int, error) {
 // once, as OpenSHMEM's wait_until_all does (a later change back is not
 // seen).
 func (w *watch[T]) waitAll(pe *PE) error {
-	next := 0
-	cond := func() bool {
-		for next < len(w.idx) && w.holds(w.idx[next]) {
-			next++
-		}
-		return next == len(w.idx)
+	next := w.allFrom(0)
+	if next == w.s.n {
+		return nil
 	}
-	return pe.await(w.s.off, uint64(w.s.n*sizeOf[T]()), cond, func() string { return w.what("all", next) })
+	c := *w // what the closures share: only a wait that waits allocates
+	cond := func() bool { next = c.allFrom(next); return next == c.s.n }
+	return pe.await(c.s.off, uint64(c.s.n*sizeOf[T]()), cond, func() string { return c.what("all", next) })
 }
 
 // testAny is the first selected index that holds, or -1.
 func (w *watch[T]) testAny() int {
-	for _, i := range w.idx {
-		if w.holds(i) {
+	for i := 0; i < w.s.n; i++ {
+		if w.sel(i) && w.holds(i) {
 			return i
 		}
 	}
@@ -110,8 +124,8 @@ func (w *watch[T]) testAny() int {
 // testSome appends every selected index that holds to got[:0].
 func (w *watch[T]) testSome(got []int) []int {
 	got = got[:0]
-	for _, i := range w.idx {
-		if w.holds(i) {
+	for i := 0; i < w.s.n; i++ {
+		if w.sel(i) && w.holds(i) {
 			got = append(got, i)
 		}
 	}
@@ -121,12 +135,13 @@ func (w *watch[T]) testSome(got []int) []int {
 // waitAny returns the first selected index that holds, once one does;
 // -1 at once when nothing is selected.
 func (w *watch[T]) waitAny(pe *PE) (int, error) {
-	if len(w.idx) == 0 {
-		return -1, nil
+	if found := w.testAny(); found >= 0 || w.none() {
+		return found, nil
 	}
+	c := *w
 	found := -1
-	cond := func() bool { found = w.testAny(); return found >= 0 }
-	if err := pe.await(w.s.off, uint64(w.s.n*sizeOf[T]()), cond, func() string { return w.what("any", 0) }); err != nil {
+	cond := func() bool { found = c.testAny(); return found >= 0 }
+	if err := pe.await(c.s.off, uint64(c.s.n*sizeOf[T]()), cond, func() string { return c.what("any", 0) }); err != nil {
 		return -1, err
 	}
 	return found, nil
@@ -135,12 +150,13 @@ func (w *watch[T]) waitAny(pe *PE) (int, error) {
 // waitSome returns every selected index that holds, once one does; nil
 // at once when nothing is selected.
 func (w *watch[T]) waitSome(pe *PE) ([]int, error) {
-	if len(w.idx) == 0 {
-		return nil, nil
+	if got := w.testSome(nil); len(got) > 0 || w.none() {
+		return got, nil
 	}
+	c := *w
 	var got []int
-	cond := func() bool { got = w.testSome(got); return len(got) > 0 }
-	if err := pe.await(w.s.off, uint64(w.s.n*sizeOf[T]()), cond, func() string { return w.what("some", 0) }); err != nil {
+	cond := func() bool { got = c.testSome(got); return len(got) > 0 }
+	if err := pe.await(c.s.off, uint64(c.s.n*sizeOf[T]()), cond, func() string { return c.what("some", 0) }); err != nil {
 		return nil, err
 	}
 	return got, nil
@@ -148,14 +164,7 @@ func (w *watch[T]) waitSome(pe *PE) ([]int, error) {
 
 // testAll reports whether every selected element holds (true when
 // nothing is selected).
-func (w *watch[T]) testAll() bool {
-	for _, i := range w.idx {
-		if !w.holds(i) {
-			return false
-		}
-	}
-	return true
-}
+func (w *watch[T]) testAll() bool { return w.allFrom(0) == w.s.n }
 
 // WaitUntilAll blocks until every selected element satisfies cmp v
 // (shmem_wait_until_all). Like WaitUntil it ends with ErrPeerLost or

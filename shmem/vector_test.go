@@ -170,3 +170,47 @@ var _ = register("vector-waits", func(pe *shmem.PE) error {
 func second[T any](_ T, err error) error { return err }
 
 func TestVectorWaits(t *testing.T) { each(t, "vector-waits", 1, 2, 3, 4, 8) }
+
+// The multi-element tests, and waits whose condition already holds,
+// allocate nothing (the Some forms' result aside).
+func TestVectorCallsAllocateNothing(t *testing.T) {
+	err := shmem.Run(1, func(pe *shmem.PE) error {
+		s, err := shmem.Malloc[uint64](pe, 8)
+		if err != nil {
+			return err
+		}
+		vs := []uint64{0, 1, 2, 3, 4, 5, 6, 7}
+		for i := range s.Local() {
+			s.Local()[i] = uint64(i)
+		}
+		mask := []bool{true, false, true, false, true, false, true, false}
+		for _, c := range []struct {
+			name string
+			f    func() error
+		}{
+			{"TestAllVector", func() error { _, err := shmem.TestAllVector(s, nil, shmem.CmpGE, vs); return err }},
+			{"TestAnyVector", func() error { _, err := shmem.TestAnyVector(s, mask, shmem.CmpEQ, vs); return err }},
+			{"TestAll", func() error { _, err := shmem.TestAll(s, mask, shmem.CmpLT, 8); return err }},
+			{"TestAny", func() error { _, err := shmem.TestAny(s, nil, shmem.CmpEQ, 7); return err }},
+			{"WaitUntilAllVector", func() error { return shmem.WaitUntilAllVector(s, nil, shmem.CmpGE, vs) }},
+			{"WaitUntilAnyVector", func() error { _, err := shmem.WaitUntilAnyVector(s, mask, shmem.CmpLE, vs); return err }},
+			{"WaitUntilAll", func() error { return shmem.WaitUntilAll(s, nil, shmem.CmpLT, 8) }},
+		} {
+			var ferr error
+			if n := testing.AllocsPerRun(100, func() {
+				if err := c.f(); err != nil {
+					ferr = err
+				}
+			}); n != 0 {
+				return fmt.Errorf("%s: %v allocations per call", c.name, n)
+			}
+			if ferr != nil {
+				return fmt.Errorf("%s: %v", c.name, ferr)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

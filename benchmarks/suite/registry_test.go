@@ -20,11 +20,12 @@ func TestSelect(t *testing.T) {
 	for spec, want := range map[string][]string{
 		"barrier":               {"barrier"},
 		"waituntil,put-latency": {"put-latency", "waituntil"}, // registry order, not the spec's
-		"sync":                  {"barrier", "waituntil"},
-		"atomics,fetch-add":     {"fetch-add", "add", "inc", "fetch-inc", "compare-swap", "swap", "fetch"},
-		"limits, put-rate , ,":  {"limits", "put-rate"},
-		"collectives":           {"broadcast", "reduce", "allreduce", "fcollect", "alltoall"},
-		"ring":                  {"ring-latency", "ring-rate", "ring-rate-all"},
+		"sync":                  {"barrier", "waituntil", "waituntil-vector"},
+		"atomics,fetch-add": {"fetch-add", "add", "inc", "fetch-inc", "compare-swap", "swap", "fetch",
+			"fetch-float64", "swap-float64", "fetch-float32", "swap-float32", "fetch-uint32", "swap-uint32"},
+		"limits, put-rate , ,": {"limits", "put-rate"},
+		"collectives":          {"broadcast", "reduce", "allreduce", "fcollect", "alltoall"},
+		"ring":                 {"ring-latency", "ring-rate", "ring-rate-all"},
 	} {
 		got, err := Select(spec)
 		if err != nil || len(got) != len(want) {

@@ -322,7 +322,7 @@ func TestQuickRun(t *testing.T) {
 
 	// Benchmark lines: one per repetition of every figure, in the Go
 	// benchmark format.
-	line := regexp.MustCompile(`^Benchmark[A-Za-z]+/metric=(latency|bandwidth|rate)/transport=\w+/pes=\d+/size=\w+\t\d+\t\S+ (ns/op|GB/s|Mops/s)\t\S+ x-limit$`)
+	line := regexp.MustCompile(`^Benchmark[A-Za-z][A-Za-z0-9]*/metric=(latency|bandwidth|rate)/transport=\w+/pes=\d+/size=\w+\t\d+\t\S+ (ns/op|GB/s|Mops/s)\t\S+ x-limit$`)
 	benchLines := 0
 	for _, l := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
 		if !strings.HasPrefix(l, "Benchmark") {
