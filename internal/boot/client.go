@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,7 +57,16 @@ type Client struct {
 	lostC   chan struct{}
 	deadC   chan struct{} // closed when the reader has ended
 	deadErr error         // why the reader ended; written before deadC is closed
+
+	ended    *jobEnded     // another rank called GlobalExit; guarded by mu, set before troubleC closes
+	troubleC chan struct{} // closed at the first of: a lost rank, a GlobalExit elsewhere, the reader's end
+	trouble  sync.Once
 }
+
+// ErrOtherJob is wrapped by Dial's error when the server at the address
+// serves another job (its Hello names another job id): the address was
+// stale or taken, and a caller that only guessed it may try again.
+var ErrOtherJob = errors.New("the address serves another job")
 
 type roundOutcome struct {
 	data [][]byte
@@ -86,7 +96,11 @@ func Dial(ctx context.Context, addr, jobID string, key []byte, rank, size int) (
 		return nil, fmt.Errorf("boot: job id of %d bytes: %w", len(jobID), errs.Invalid)
 	}
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	network, daddr := "tcp", addr
+	if name, ok := strings.CutPrefix(addr, UnixPrefix); ok {
+		network, daddr = "unix", name
+	}
+	nc, err := d.DialContext(ctx, network, daddr)
 	if err != nil {
 		return nil, ctxWrap(ctx, fmt.Errorf("boot: rank %d dialing the boot server at %s: %w", rank, addr, err))
 	}
@@ -107,6 +121,8 @@ func Dial(ctx context.Context, addr, jobID string, key []byte, rank, size int) (
 		acks:    make(chan struct{}, 1),
 		lostC:   make(chan struct{}),
 		deadC:   make(chan struct{}),
+
+		troubleC: make(chan struct{}),
 	}
 	err = c.handshake(addr, jobID, key)
 	if !stop() && err == nil {
@@ -159,7 +175,7 @@ func (c *Client) handshake(addr, jobID string, key []byte) error {
 	}
 	if hm.JobID != jobID {
 		c.refuse(errCodeAuth, "job id mismatch")
-		return fail("the server runs job %q, this PE belongs to job %q", hm.JobID, jobID)
+		return fail("the server runs job %q, this PE belongs to job %q: %w", hm.JobID, jobID, ErrOtherJob)
 	}
 	cn := newNonce()
 	if err := c.writeNow(&join{Rank: c.rank, Size: c.size, Nonce: cn, MAC: clientMAC(key, hm.Nonce, cn, jobID, c.rank)}); err != nil {
@@ -456,6 +472,7 @@ func (c *Client) readLoop() {
 	}
 	c.mu.Unlock()
 	close(c.deadC)
+	c.trouble.Do(func() { close(c.troubleC) })
 }
 
 // serveFrames dispatches frames and returns why the connection ended.
@@ -479,12 +496,9 @@ func (c *Client) serveFrames() error {
 		case *roundFailed:
 			c.deliver(m.Round, roundOutcome{err: fmt.Errorf("boot: allgather round %d failed: %s: %w", m.Round, m.Msg, errs.Invalid)})
 		case *peerLost:
-			c.mu.Lock()
-			if c.lost == nil {
-				c.lost = fmt.Errorf("boot: the job lost rank %d (%s): %w", m.Rank, m.Msg, errs.PeerLost)
-				close(c.lostC)
-			}
-			c.mu.Unlock()
+			c.setLost(fmt.Errorf("boot: the job lost rank %d (%s): %w", m.Rank, m.Msg, errs.PeerLost), nil)
+		case *jobEnded:
+			c.setLost(fmt.Errorf("boot: rank %d called GlobalExit(%d): %w", m.Rank, m.Code, errs.PeerLost), m)
 		case *statusReply:
 			select {
 			case <-c.statusC:
@@ -502,6 +516,46 @@ func (c *Client) serveFrames() error {
 			return fmt.Errorf("boot: rank %d: unexpected message kind %#02x from the boot server: %w (%w)", c.rank, kind, errs.Protocol, errs.PeerLost)
 		}
 	}
+}
+
+// setLost records the job's first failure (a lost rank, or another
+// rank's GlobalExit when ended is set): rounds fail from now on.
+func (c *Client) setLost(err error, ended *jobEnded) {
+	c.mu.Lock()
+	if c.lost == nil {
+		c.lost, c.ended = err, ended
+		close(c.lostC)
+	}
+	c.mu.Unlock()
+	c.trouble.Do(func() { close(c.troubleC) })
+}
+
+// Trouble is closed when the job can no longer go on for this client:
+// the server reported a lost rank or another rank's GlobalExit, or the
+// connection to the server ended (also by Close). See Troubled.
+func (c *Client) Trouble() <-chan struct{} { return c.troubleC }
+
+// Troubled says why Trouble closed: closed is true after Close (an
+// orderly end, not a failure); exit is true, with the rank and code,
+// when another rank called GlobalExit; otherwise err names the lost rank
+// or the lost server. Before Trouble closes it returns zero values.
+func (c *Client) Troubled() (err error, closed, exit bool, rank, code int) {
+	select {
+	case <-c.troubleC:
+	default:
+		return nil, false, false, 0, 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.ended != nil:
+		return c.lost, false, true, c.ended.Rank, c.ended.Code
+	case c.lost != nil:
+		return c.lost, false, false, 0, 0
+	case c.closed:
+		return nil, true, false, 0, 0
+	}
+	return c.deadErr, false, false, 0, 0
 }
 
 // deliver hands a round's outcome to the Allgather waiting for it.

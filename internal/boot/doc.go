@@ -33,6 +33,7 @@
 //	0x20  Exit          c -> s     code
 //	0x21  ExitAck       s -> c     code
 //	0x22  Bye           c -> s     (empty map)
+//	0x23  JobEnded      s -> c     rank, code (another rank called GlobalExit)
 //
 // msg.go has the per-message tables and bounds.
 //

@@ -37,6 +37,11 @@ const (
 	EnvMachinePEs = "GOSHMEM_MACHINE_PES"
 )
 
+// UnixPrefix marks a rendezvous address that is a Unix socket: "unix:"
+// then the socket name, "@name" for an abstract one (Linux). Dial
+// accepts it; a Server serves whatever listener it is given.
+const UnixPrefix = "unix:"
+
 // LauncherGoshrun is the value of EnvLauncher under goshrun.
 const LauncherGoshrun = "goshrun"
 

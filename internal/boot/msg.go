@@ -26,6 +26,7 @@ const (
 	kindExit         = 0x20 // client -> server, end the job with a code
 	kindExitAck      = 0x21 // server -> client, answer to Exit
 	kindBye          = 0x22 // client -> server, orderly close; the client sends nothing more
+	kindJobEnded     = 0x23 // server -> client, another rank called GlobalExit: end this PE with the code
 )
 
 // Wire values of the handshake.
@@ -195,6 +196,19 @@ type exitAck struct {
 // bye closes a connection in order (client -> server). Empty map.
 type bye struct{}
 
+// jobEnded tells every other connected rank that a rank asked for
+// GlobalExit (server -> client). A PE with no launcher of its own to end
+// it (under mpirun, mpiexec or srun) exits with Code; under goshrun the
+// launcher ends the PEs anyway.
+//
+//	field  codec name  type  meaning
+//	Rank   rank        int   the rank that called GlobalExit
+//	Code   code        int   its exit code
+type jobEnded struct {
+	Rank int `codec:"rank"`
+	Code int `codec:"code"`
+}
+
 func (*hello) kind() byte        { return kindHello }
 func (*join) kind() byte         { return kindJoin }
 func (*welcome) kind() byte      { return kindWelcome }
@@ -208,6 +222,7 @@ func (*statusReply) kind() byte  { return kindStatusReply }
 func (*exitReq) kind() byte      { return kindExit }
 func (*exitAck) kind() byte      { return kindExitAck }
 func (*bye) kind() byte          { return kindBye }
+func (*jobEnded) kind() byte     { return kindJobEnded }
 
 func protoErr(format string, args ...any) error {
 	return fmt.Errorf("boot: "+format+": %w", append(args, errs.Protocol)...)
@@ -340,6 +355,16 @@ func (m *exitAck) check() error {
 
 func (*bye) check() error { return nil }
 
+func (m *jobEnded) check() error {
+	if err := checkRank("exiting rank", m.Rank); err != nil {
+		return err
+	}
+	if m.Code < math.MinInt32 || m.Code > math.MaxInt32 {
+		return protoErr("exit code %d out of range", m.Code)
+	}
+	return nil
+}
+
 // newHandle returns the msgpack configuration of the boot protocol: bin
 // types for []byte (the current msgpack spec), unknown map keys ignored.
 // A handle is safe for concurrent use once configured; each Server and
@@ -394,6 +419,8 @@ func newMessage(kind byte) message {
 		return new(exitAck)
 	case kindBye:
 		return new(bye)
+	case kindJobEnded:
+		return new(jobEnded)
 	}
 	return nil
 }

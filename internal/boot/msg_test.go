@@ -31,6 +31,7 @@ func TestWireConstants(t *testing.T) {
 		"Exit":         {kindExit, 0x20},
 		"ExitAck":      {kindExitAck, 0x21},
 		"Bye":          {kindBye, 0x22},
+		"JobEnded":     {kindJobEnded, 0x23},
 	}
 	for name, kv := range kinds {
 		if kv[0] != kv[1] {
@@ -95,6 +96,7 @@ func sampleMessages() []message {
 		&exitReq{Code: 7},
 		&exitAck{Code: 7},
 		&bye{},
+		&jobEnded{Rank: 2, Code: 7},
 	}
 }
 

@@ -83,15 +83,18 @@ type Server struct {
 	closing bool
 	serving bool // Serve was called
 	open    map[*srvConn]struct{}
-	pending int            // connections in the handshake
-	gen     uint64         // the current generation, 1 for the first connections
-	peers   []*srvConn     // by rank: the rank's connection in the current generation, else nil
-	state   []rankState    // by rank, in the current generation
-	next    []*pendingConn // by rank: its connection to the next generation, else nil
-	joined  []bool         // by rank: it joined at least once (EventJoined owed until then)
-	exited  []bool         // by rank: an EventExit was emitted
-	failure *peerLost      // the first loss; once set, no round of any generation completes
-	left    int            // ranks in rankLeft
+	pending int             // connections in the handshake
+	gen     uint64          // the current generation, 1 for the first connections
+	peers   []*srvConn      // by rank: the rank's connection in the current generation, else nil
+	state   []rankState     // by rank, in the current generation
+	next    []*pendingConn  // by rank: its connection to the next generation, else nil
+	joined  []bool          // by rank: it joined at least once (EventJoined owed until then)
+	exited  []bool          // by rank: an EventExit was emitted
+	failure *peerLost       // the first loss; once set, no round of any generation completes
+	left    int             // ranks in rankLeft
+	ended   *jobEnded       // the first GlobalExit request; told to every other rank
+	endSent []chan struct{} // closed once the JobEnded frame to that connection is written (or it closed)
+	gen1End chan struct{}   // closed when generation 1 ends (every rank said Bye to it)
 
 	// The round being collected in the current generation; every earlier
 	// round of it is complete. Only one round is ever open: a rank sends
@@ -122,6 +125,7 @@ func NewServer(ln net.Listener, jobID string, key []byte, size int) *Server {
 		open:             make(map[*srvConn]struct{}),
 		gen:              1,
 		round:            1,
+		gen1End:          make(chan struct{}),
 	}
 	switch {
 	case size < 1 || size > math.MaxInt32:
@@ -585,6 +589,9 @@ func (s *Server) leave(c *srvConn) {
 // already, and their early parts counted. s.mu must be held.
 func (s *Server) advanceLocked() {
 	for s.left == s.size {
+		if s.gen == 1 {
+			close(s.gen1End)
+		}
 		s.gen++
 		s.round = 1
 		s.parts = make([][]byte, s.size)
@@ -725,7 +732,9 @@ func (s *Server) status(c *srvConn, m *status) {
 	s.sendLocked(c, rep)
 }
 
-// exit acknowledges an Exit request and reports it (once per rank).
+// exit acknowledges an Exit request and reports it (once per rank). The
+// job's first request is also told to every other connected rank
+// (JobEnded), before the requester's ack is queued.
 func (s *Server) exit(c *srvConn, m *exitReq) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -733,8 +742,56 @@ func (s *Server) exit(c *srvConn, m *exitReq) {
 		s.exited[c.rank] = true
 		s.emit(Event{Kind: EventExit, Rank: c.rank, Gen: c.gen, Code: m.Code})
 	}
+	if s.ended == nil {
+		s.ended = &jobEnded{Rank: c.rank, Code: m.Code}
+		if b, err := encodeMessage(s.h, s.ended); err == nil {
+			tell := func(p *srvConn) {
+				if p == nil || p == c {
+					return
+				}
+				sent := make(chan struct{})
+				s.endSent = append(s.endSent, sent)
+				p.sendFrame(outFrame{b: b, sent: sent})
+			}
+			for _, p := range s.peers {
+				tell(p)
+			}
+			for _, p := range s.next {
+				if p != nil {
+					tell(p.c)
+				}
+			}
+		}
+	}
 	s.sendLocked(c, &exitAck{Code: m.Code})
 }
+
+// WaitExitTold waits, at most d, until the JobEnded frames of the job's
+// first GlobalExit request have been written to every rank connected
+// when it came (or their connections ended). A server that lives inside
+// a PE (under mpirun, mpiexec or srun, rank 0 serves the job) calls it
+// before that PE exits, so that the others learn the code rather than
+// see the server vanish. It returns at once when no rank asked.
+func (s *Server) WaitExitTold(d time.Duration) bool {
+	s.mu.Lock()
+	sent := append([]chan struct{}(nil), s.endSent...)
+	s.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for _, c := range sent {
+		select {
+		case <-c:
+		case <-t.C:
+			return false
+		}
+	}
+	return true
+}
+
+// FirstGenerationDone is closed when every rank has said Bye to the
+// job's first generation. A server inside a PE waits for it at
+// Finalize, so that it outlives every other rank's goodbye.
+func (s *Server) FirstGenerationDone() <-chan struct{} { return s.gen1End }
 
 // sendLocked queues m for c. Queuing under s.mu keeps every client's
 // frames in the order the server decided them (a result before a later
@@ -775,16 +832,24 @@ type srvConn struct {
 
 type outFrame struct {
 	b    []byte
-	last bool // close the connection after writing b
+	last bool          // close the connection after writing b
+	sent chan struct{} // if set, closed once b is written or the connection ends
 }
 
 // send queues a frame without blocking. A client whose queue is full has
 // stopped reading; it is closed, and its reader reports it lost.
 func (c *srvConn) send(b []byte, last bool) {
+	c.sendFrame(outFrame{b: b, last: last})
+}
+
+func (c *srvConn) sendFrame(f outFrame) {
 	select {
-	case c.out <- outFrame{b, last}:
+	case c.out <- f:
 	default:
 		c.close()
+		if f.sent != nil {
+			close(f.sent)
+		}
 	}
 }
 
@@ -811,17 +876,35 @@ func (c *srvConn) close() {
 	})
 }
 
-// writeLoop writes queued frames until the connection closes.
+// writeLoop writes queued frames until the connection closes. Frames
+// still queued when it ends have their sent channels closed: nobody waits
+// on a connection that is gone.
 func (c *srvConn) writeLoop() {
 	defer c.s.conns.Done()
 	defer c.s.forget(c)
 	defer c.close()
+	defer func() {
+		for {
+			select {
+			case f := <-c.out:
+				if f.sent != nil {
+					close(f.sent)
+				}
+			default:
+				return
+			}
+		}
+	}()
 	for {
 		select {
 		case f := <-c.out:
 			if len(f.b) > 0 {
 				c.nc.SetWriteDeadline(time.Now().Add(c.s.writeTimeout))
-				if _, err := c.nc.Write(f.b); err != nil {
+				_, err := c.nc.Write(f.b)
+				if f.sent != nil {
+					close(f.sent)
+				}
+				if err != nil {
 					return
 				}
 			}
