@@ -34,7 +34,11 @@ type Route struct {
 
 // Info describes a PE's configuration, for SHMEM_INFO and for programs.
 type Info struct {
-	Version        string
+	Version string
+	// Launcher names the engine that started the job: "goshrun",
+	// "openmpi", "hydra", "pmi" (another PMI-1 server), "slurm",
+	// "slurm-pmi2", "run" (shmem.Run) or "none" (a lone PE).
+	Launcher       string
 	PE, NPEs       int
 	Host           string
 	Pid            int
@@ -60,10 +64,13 @@ func (pe *PE) Info() Info {
 		return Info{Version: Version, PE: -1}
 	}
 	in := Info{
-		Version: Version, PE: pe.rank, NPEs: pe.npes, Host: pe.host, Pid: os.Getpid(),
+		Version: Version, Launcher: pe.launcher, PE: pe.rank, NPEs: pe.npes, Host: pe.host, Pid: os.Getpid(),
 		HeapSize: pe.cfg.HeapSize, Timeout: pe.cfg.Timeout, Debug: pe.cfg.Debug,
 		CPU: cpuid.CPU.BrandName, CacheLine: pe.cacheLine,
 		Cores: cpuid.CPU.PhysicalCores, Threads: runtime.NumCPU(), GoVersion: runtime.Version(),
+	}
+	if in.Launcher == "" && pe.job != nil {
+		in.Launcher = "run"
 	}
 	pe.allocMu.Lock()
 	in.HeapUsed, in.HeapFree, in.LargestFree = pe.alloc.Stats()
@@ -97,7 +104,7 @@ func (pe *PE) Info() Info {
 func (in Info) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "goshmem %s (OpenSHMEM %d.%d API), %s\n", in.Version, SpecVersionMajor, SpecVersionMinor, in.GoVersion)
-	fmt.Fprintf(&b, "  PE %d of %d on host %q (pid %d)\n", in.PE, in.NPEs, in.Host, in.Pid)
+	fmt.Fprintf(&b, "  PE %d of %d on host %q (pid %d), launched by %s\n", in.PE, in.NPEs, in.Host, in.Pid, in.Launcher)
 	fmt.Fprintf(&b, "  symmetric heap: %d bytes per PE (%d used, %d free, largest free block %d)\n",
 		in.HeapSize, in.HeapUsed, in.HeapFree, in.LargestFree)
 	fmt.Fprintf(&b, "  timeout %v, debug checks %v\n", in.Timeout, in.Debug)

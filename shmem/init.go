@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 
 	"github.com/goshmem/goshmem/heap"
 	"github.com/goshmem/goshmem/internal/boot"
+	"github.com/goshmem/goshmem/internal/engine"
 )
 
 // endpoint is what each PE tells the others at start, through the
@@ -27,6 +29,11 @@ type endpoint struct {
 	Debug     bool   `codec:"debug"` // SHMEM_DEBUG
 }
 
+// engineFinishWait bounds how long rank 0, which serves a foreign
+// engine's job, waits at Finalize for the other ranks' goodbyes, and at
+// GlobalExit for the others to be told.
+const engineFinishWait = 10 * time.Second
+
 var mh codec.MsgpackHandle
 
 func encodeMsgpack(v any) ([]byte, error) {
@@ -39,9 +46,18 @@ func decodeMsgpack(b []byte, v any) error {
 	return codec.NewDecoderBytes(b, &mh).Decode(v)
 }
 
-// Init joins the job the environment describes: a goshmem launcher's
-// (goshrun) variables, or none at all, which starts a job of one PE so
-// that `go run ./prog` works. Init after Finalize starts afresh.
+// Init joins the job the environment describes: goshrun's variables;
+// else Open MPI's mpirun, MPICH's mpiexec.hydra (or another PMI-1
+// server), or Slurm's srun (internal/engine detects them, in that
+// order); or none at all, which starts a job of one PE so that
+// `go run ./prog` works. An environment that names a job of several PEs
+// that cannot be joined is an error, never a job of one PE. Init after
+// Finalize starts afresh.
+//
+// Under a foreign engine rank 0 serves the job's rendezvous, and the
+// runtime ends the job's PEs itself (see docs/launching.md): when a PE
+// is lost, every other PE prints why and exits with status 1; when a PE
+// calls GlobalExit(code), every PE exits with code.
 func Init(opts ...Option) (*PE, error) {
 	cfg, err := loadConfig(opts)
 	if err != nil {
@@ -55,6 +71,27 @@ func Init(opts ...Option) (*PE, error) {
 	if err != nil {
 		return nil, err
 	}
+	launcher := env.Launcher
+	if launched && launcher == "" {
+		launcher = boot.LauncherGoshrun
+	}
+	if !launched {
+		eng, found, err := engine.Detect(os.LookupEnv)
+		if err != nil {
+			return nil, fmt.Errorf("shmem: %w", err)
+		}
+		launcher = "none"
+		if found {
+			launcher = eng.Launcher
+		}
+		if found && eng.Size != 1 {
+			pe, err := joinEngine(cfg, eng, host)
+			if err != nil || pe != nil {
+				return pe, err
+			}
+			// The PMI server said the job has one PE.
+		}
+	}
 	if !launched {
 		seg, err := heap.Create(heap.HeapBase + cfg.HeapSize)
 		if err != nil {
@@ -67,16 +104,86 @@ func Init(opts ...Option) (*PE, error) {
 			seg.Close()
 			return nil, err
 		}
+		pe.launcher = launcher
 		pe.makeTeams()
 		pe.startInfo()
 		return pe, nil
 	}
-	pe, err := joinJob(cfg, env, host)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	bc, err := boot.Dial(ctx, env.Rendezvous, env.JobID, env.Key, env.Rank, env.Size)
+	if err != nil {
+		return nil, fmt.Errorf("shmem: PE %d joining job %s at %s: %w", env.Rank, env.JobID, env.Rendezvous, err)
+	}
+	pe, err := joinJob(cfg, env, host, bc)
 	if err != nil {
 		return nil, err
 	}
+	pe.launcher = launcher
 	pe.startInfo()
 	return pe, nil
+}
+
+// joinEngine is Init under a foreign engine: the rendezvous (rank 0
+// serves it), then the same join as under goshrun, then a watch that
+// ends this PE when the job fails. It returns a nil PE and nil error
+// when the engine's PMI server says the job has one PE.
+func joinEngine(cfg Config, eng engine.Engine, host string) (*PE, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	ej, err := engine.Start(ctx, eng, engine.NextGeneration(), os.LookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("shmem: %w", err)
+	}
+	if ej.Client == nil {
+		return nil, nil
+	}
+	env := boot.Env{Rank: ej.Rank, Size: ej.Size, JobID: ej.JobID, Key: ej.Key, Rendezvous: ej.Addr,
+		Launcher: ej.Launcher, MachinePEs: ej.LocalSize}
+	if env.MachinePEs > env.Size {
+		env.MachinePEs = 0
+	}
+	pe, err := joinJob(cfg, env, host, ej.Client)
+	if err != nil {
+		ej.Abandon()
+		return nil, err
+	}
+	pe.launcher, pe.engine = ej.Launcher, ej
+	pe.engineClient.Store(ej.Client)
+	go pe.superviseEngine(ej)
+	pe.startInfo()
+	return pe, nil
+}
+
+// superviseEngine does under a foreign engine what goshrun does under
+// goshrun: when the job fails it ends this PE. mpirun ends the other
+// ranks itself when one exits non-zero, but mpiexec.hydra and srun (by
+// default) do not, so the runtime does, within the time the boot server
+// takes to notice a dropped connection (at once for a dead process).
+// It exits at once rather than wake the program's waits first: the exit
+// status is then the job's (GlobalExit's code, or 1), not whatever the
+// program does with an ErrPeerLost.
+func (pe *PE) superviseEngine(ej *engine.Job) {
+	c := ej.Client
+	<-c.Trouble()
+	w := c.Troubled()
+	switch {
+	case w.Closed:
+		return // Finalize
+	case w.Exit:
+		if srv := ej.Server(); srv != nil {
+			srv.WaitExitTold(engineFinishWait) // rank 0 serves: the others hear it first
+		}
+		fmt.Fprintf(os.Stderr, "goshmem: PE %d: PE %d called GlobalExit(%d); exiting with %d\n", pe.rank, w.Rank, w.Code, w.Code)
+		engine.BeforeExit()
+		os.Exit(w.Code)
+	case w.Lost:
+		fmt.Fprintf(os.Stderr, "goshmem: PE %d: PE %d was lost (%v); exiting with status 1\n", pe.rank, w.Rank, w.Err)
+	default:
+		fmt.Fprintf(os.Stderr, "goshmem: PE %d: PE 0, which serves the job's rendezvous, is gone (%v); exiting with status 1\n", pe.rank, w.Err)
+	}
+	engine.BeforeExit()
+	os.Exit(1)
 }
 
 func (pe *PE) startInfo() {
@@ -93,13 +200,10 @@ func (pe *PE) startInfo() {
 
 // joinJob is Init under a launcher: rendezvous, then map every same-host
 // peer's segment.
-func joinJob(cfg Config, env boot.Env, host string) (pe *PE, err error) {
+// bc is the PE's boot client, already joined; joinJob owns it.
+func joinJob(cfg Config, env boot.Env, host string, bc *boot.Client) (pe *PE, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 	defer cancel()
-	bc, err := boot.Dial(ctx, env.Rendezvous, env.JobID, env.Key, env.Rank, env.Size)
-	if err != nil {
-		return nil, fmt.Errorf("shmem: PE %d joining job %s at %s: %w", env.Rank, env.JobID, env.Rendezvous, err)
-	}
 	seg, err := heap.Create(heap.HeapBase + cfg.HeapSize)
 	if err != nil {
 		bc.Close()
@@ -210,6 +314,32 @@ func joinJob(cfg Config, env boot.Env, host string) (pe *PE, err error) {
 	return pe, nil
 }
 
+// engineDefer is how long a same-host peer's death waits for the
+// engine supervisor under a foreign engine (see deferToEngine).
+const engineDefer = time.Second
+
+// deferToEngine is called by a same-host liveness watch that saw a peer
+// die. Under a foreign engine the boot server sees the same death (or
+// the dying peer's GlobalExit) and superviseEngine ends this process
+// with the job's status; waking the program's waits first would let the
+// program pick its own. So it waits, briefly, for the supervisor.
+func (pe *PE) deferToEngine(c *boot.Client) {
+	if c == nil {
+		return
+	}
+	t := time.NewTimer(engineDefer)
+	defer t.Stop()
+	select {
+	case <-c.Trouble():
+		// The supervisor exits the process; if the trouble was this PE's
+		// own Close, there is nothing to wait for.
+		if !c.Troubled().Closed {
+			<-t.C
+		}
+	case <-t.C:
+	}
+}
+
 // closeProcess releases a launched PE's links and mappings. At Finalize
 // (retire) the mappings are retired rather than unmapped: a call still
 // stuck inside the PE, or a program (or ring, or collective) still
@@ -237,6 +367,12 @@ func (pe *PE) closeProcess(retire bool) error {
 	if pe.boot != nil {
 		err = pe.boot.Close()
 		pe.boot = nil
+	}
+	if pe.engine != nil {
+		// Rank 0 serves the job: it stays until every rank has said
+		// goodbye (or the timeout), or they would see it vanish.
+		pe.engine.Finish(min(pe.cfg.Timeout, engineFinishWait))
+		pe.engine = nil
 	}
 	end := (*heap.Segment).Close
 	if retire {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/goshmem/goshmem/heap"
 	"github.com/goshmem/goshmem/internal/boot"
+	"github.com/goshmem/goshmem/internal/engine"
 	"github.com/goshmem/goshmem/netmesh"
 )
 
@@ -50,10 +51,17 @@ type PE struct {
 	fenceWord atomic.Uint64
 	_         [48]byte
 
+	// launcher names the engine that started the PE (Info().Launcher).
+	launcher string
+
 	// Process jobs only.
-	boot    *boot.Client
-	unixLn  *net.UnixListener
-	closers []func()
+	boot   *boot.Client
+	engine *engine.Job // under a foreign engine: the rendezvous (rank 0 serves it)
+	// engineClient is the boot client under a foreign engine, for the
+	// liveness watches (deferToEngine); nil otherwise.
+	engineClient atomic.Pointer[boot.Client]
+	unixLn       *net.UnixListener
+	closers      []func()
 
 	mesh *netmesh.Mesh // links to PEs on other hosts, if any
 	// machinePEs is what the launcher says runs on this machine
@@ -252,6 +260,12 @@ func (pe *PE) GlobalExit(code int) {
 	}
 	if pe.boot != nil {
 		pe.boot.Exit(code)
+		if pe.engine != nil && pe.engine.Server() != nil {
+			// Rank 0 serves the job: let the others hear the code
+			// before this process, and its server, are gone.
+			pe.engine.Server().WaitExitTold(engineFinishWait)
+		}
+		engine.BeforeExit()
 	}
 	os.Exit(code)
 }

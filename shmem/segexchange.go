@@ -457,6 +457,7 @@ func (pe *PE) watch(p *peer, c *net.UnixConn) {
 		}
 		if err != nil {
 			if !p.departed.Load() && pe.running() && !errors.Is(err, net.ErrClosed) {
+				pe.deferToEngine(pe.engineClient.Load())
 				pe.markLost(fmt.Errorf("shmem: PE %d (pid %d, same host) died: %w", p.rank, p.pid, ErrPeerLost))
 			}
 			return

@@ -59,6 +59,7 @@ type Client struct {
 	deadErr error         // why the reader ended; written before deadC is closed
 
 	ended    *jobEnded     // another rank called GlobalExit; guarded by mu, set before troubleC closes
+	lostRank int           // the rank in the server's PeerLost; guarded by mu
 	troubleC chan struct{} // closed at the first of: a lost rank, a GlobalExit elsewhere, the reader's end
 	trouble  sync.Once
 }
@@ -496,9 +497,9 @@ func (c *Client) serveFrames() error {
 		case *roundFailed:
 			c.deliver(m.Round, roundOutcome{err: fmt.Errorf("boot: allgather round %d failed: %s: %w", m.Round, m.Msg, errs.Invalid)})
 		case *peerLost:
-			c.setLost(fmt.Errorf("boot: the job lost rank %d (%s): %w", m.Rank, m.Msg, errs.PeerLost), nil)
+			c.setLost(fmt.Errorf("boot: the job lost rank %d (%s): %w", m.Rank, m.Msg, errs.PeerLost), m.Rank, nil)
 		case *jobEnded:
-			c.setLost(fmt.Errorf("boot: rank %d called GlobalExit(%d): %w", m.Rank, m.Code, errs.PeerLost), m)
+			c.setLost(fmt.Errorf("boot: rank %d called GlobalExit(%d): %w", m.Rank, m.Code, errs.PeerLost), m.Rank, m)
 		case *statusReply:
 			select {
 			case <-c.statusC:
@@ -520,10 +521,10 @@ func (c *Client) serveFrames() error {
 
 // setLost records the job's first failure (a lost rank, or another
 // rank's GlobalExit when ended is set): rounds fail from now on.
-func (c *Client) setLost(err error, ended *jobEnded) {
+func (c *Client) setLost(err error, rank int, ended *jobEnded) {
 	c.mu.Lock()
 	if c.lost == nil {
-		c.lost, c.ended = err, ended
+		c.lost, c.ended, c.lostRank = err, ended, rank
 		close(c.lostC)
 	}
 	c.mu.Unlock()
@@ -535,27 +536,34 @@ func (c *Client) setLost(err error, ended *jobEnded) {
 // connection to the server ended (also by Close). See Troubled.
 func (c *Client) Trouble() <-chan struct{} { return c.troubleC }
 
-// Troubled says why Trouble closed: closed is true after Close (an
-// orderly end, not a failure); exit is true, with the rank and code,
-// when another rank called GlobalExit; otherwise err names the lost rank
-// or the lost server. Before Trouble closes it returns zero values.
-func (c *Client) Troubled() (err error, closed, exit bool, rank, code int) {
+// Why says why Trouble closed.
+type Why struct {
+	Err        error // nil after Close
+	Closed     bool  // Close was called: an orderly end, not a failure
+	Exit       bool  // another rank called GlobalExit(Code)
+	Lost       bool  // the server reported rank Rank lost
+	ServerGone bool  // the connection to the server ended without Close
+	Rank, Code int
+}
+
+// Troubled says why Trouble closed; before it has, the zero Why.
+func (c *Client) Troubled() Why {
 	select {
 	case <-c.troubleC:
 	default:
-		return nil, false, false, 0, 0
+		return Why{}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
 	case c.ended != nil:
-		return c.lost, false, true, c.ended.Rank, c.ended.Code
+		return Why{Err: c.lost, Exit: true, Rank: c.ended.Rank, Code: c.ended.Code}
 	case c.lost != nil:
-		return c.lost, false, false, 0, 0
+		return Why{Err: c.lost, Lost: true, Rank: c.lostRank}
 	case c.closed:
-		return nil, true, false, 0, 0
+		return Why{Closed: true}
 	}
-	return c.deadErr, false, false, 0, 0
+	return Why{Err: c.deadErr, ServerGone: true}
 }
 
 // deliver hands a round's outcome to the Allgather waiting for it.

@@ -734,7 +734,8 @@ func (s *Server) status(c *srvConn, m *status) {
 
 // exit acknowledges an Exit request and reports it (once per rank). The
 // job's first request is also told to every other connected rank
-// (JobEnded), before the requester's ack is queued.
+// (JobEnded); the requester's ack follows once those frames are written
+// (or their connections ended, or writeTimeout passed).
 func (s *Server) exit(c *srvConn, m *exitReq) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -744,6 +745,25 @@ func (s *Server) exit(c *srvConn, m *exitReq) {
 	}
 	if s.ended == nil {
 		s.ended = &jobEnded{Rank: c.rank, Code: m.Code}
+		defer func() {
+			// The ack waits until the others have been told: a caller
+			// that exits on it does not beat the news of its exit.
+			sent := append([]chan struct{}(nil), s.endSent...)
+			go func() {
+				t := time.NewTimer(s.writeTimeout)
+				defer t.Stop()
+				for _, ch := range sent {
+					select {
+					case <-ch:
+					case <-t.C:
+					case <-s.done:
+					}
+				}
+				s.mu.Lock()
+				s.sendLocked(c, &exitAck{Code: m.Code})
+				s.mu.Unlock()
+			}()
+		}()
 		if b, err := encodeMessage(s.h, s.ended); err == nil {
 			tell := func(p *srvConn) {
 				if p == nil || p == c {
@@ -762,6 +782,7 @@ func (s *Server) exit(c *srvConn, m *exitReq) {
 				}
 			}
 		}
+		return
 	}
 	s.sendLocked(c, &exitAck{Code: m.Code})
 }

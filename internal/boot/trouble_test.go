@@ -36,9 +36,9 @@ func TestJobEndedTellsOthers(t *testing.T) {
 	}
 	for _, c := range cs[:2] {
 		troubled(t, c)
-		err, closed, exit, rank, code := c.Troubled()
-		if closed || !exit || rank != 2 || code != 7 || !errors.Is(err, errs.PeerLost) {
-			t.Fatalf("rank %d: Troubled() = %v, %v, %v, %d, %d; want exit of rank 2 with 7", c.Rank(), err, closed, exit, rank, code)
+		w := c.Troubled()
+		if w.Closed || !w.Exit || w.Rank != 2 || w.Code != 7 || !errors.Is(w.Err, errs.PeerLost) {
+			t.Fatalf("rank %d: Troubled() = %+v; want exit of rank 2 with 7", c.Rank(), w)
 		}
 		if _, err := c.Allgather(context.Background(), nil); !errors.Is(err, errs.PeerLost) {
 			t.Fatalf("rank %d: Allgather after JobEnded: %v, want ErrPeerLost", c.Rank(), err)
@@ -56,16 +56,15 @@ func TestTroubleOnLossAndClose(t *testing.T) {
 	cs := j.dialAll(t)
 	drop(cs[1])
 	troubled(t, cs[0])
-	err, closed, exit, _, _ := cs[0].Troubled()
-	if closed || exit || !errors.Is(err, errs.PeerLost) {
-		t.Fatalf("after a loss Troubled() = %v, %v, %v", err, closed, exit)
+	if w := cs[0].Troubled(); !w.Lost || w.Rank != 1 || w.Exit || w.Closed || !errors.Is(w.Err, errs.PeerLost) {
+		t.Fatalf("after a loss Troubled() = %+v, want rank 1 lost", w)
 	}
 	k := startJob(t, 1)
 	c := k.dial(t, 0)
 	c.Close()
 	troubled(t, c)
-	if err, closed, exit, _, _ := c.Troubled(); !closed || exit || err != nil {
-		t.Fatalf("after Close Troubled() = %v, %v, %v; want closed", err, closed, exit)
+	if w := c.Troubled(); !w.Closed || w.Exit || w.Err != nil {
+		t.Fatalf("after Close Troubled() = %+v; want closed", w)
 	}
 }
 
@@ -74,8 +73,8 @@ func TestServerGoneIsTrouble(t *testing.T) {
 	cs := j.dialAll(t)
 	j.s.Close()
 	troubled(t, cs[0])
-	if err, closed, exit, _, _ := cs[0].Troubled(); closed || exit || !errors.Is(err, errs.PeerLost) {
-		t.Fatalf("after the server closed Troubled() = %v, %v, %v", err, closed, exit)
+	if w := cs[0].Troubled(); !w.ServerGone || w.Closed || w.Exit || !errors.Is(w.Err, errs.PeerLost) {
+		t.Fatalf("after the server closed Troubled() = %+v", w)
 	}
 }
 
