@@ -231,13 +231,13 @@ func Start(ctx context.Context, e Engine, gen int, lookup func(string) (string, 
 		pmiMu.Unlock()
 		j.pmi = true
 	}
-	c, err := dialRetry(ctx, dial, j.JobID, j.Key, j.Rank, j.Size)
+	c, at, err := dialRetry(ctx, dial, j.JobID, j.Key, j.Rank, j.Size)
 	if err != nil {
 		j.stopServer()
 		return nil, fmt.Errorf("engine: PE %d of job %s joining the rendezvous at %s (found through %s; key from %s): %w",
 			j.Rank, j.JobID, j.Addr, j.How, j.KeySource, err)
 	}
-	j.Client = c
+	j.Client, j.Addr = c, at
 	return j, nil
 }
 
@@ -340,20 +340,20 @@ func nodeIP() (string, error) {
 // ctx ends. A refused connection or another job's server (the port was
 // taken, or rank 0 is not listening yet) is retried; a refused key is
 // not.
-func dialRetry(ctx context.Context, addrs []string, jobID string, key []byte, rank, size int) (*boot.Client, error) {
+func dialRetry(ctx context.Context, addrs []string, jobID string, key []byte, rank, size int) (*boot.Client, string, error) {
 	delay := 5 * time.Millisecond
 	var last error
 	for {
 		for _, a := range addrs {
 			c, err := boot.Dial(ctx, a, jobID, key, rank, size)
 			if err == nil {
-				return c, nil
+				return c, a, nil
 			}
 			if !retryable(err) || ctx.Err() != nil {
 				if last != nil && ctx.Err() != nil {
-					return nil, fmt.Errorf("%w (earlier: %v)", err, last)
+					return nil, "", fmt.Errorf("%w (earlier: %v)", err, last)
 				}
-				return nil, err
+				return nil, "", err
 			}
 			last = err
 		}
@@ -361,7 +361,7 @@ func dialRetry(ctx context.Context, addrs []string, jobID string, key []byte, ra
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("engine: no server of this job answered before the timeout: %w: %w", last, errs.Timeout)
+			return nil, "", fmt.Errorf("engine: no server of this job answered before the timeout: %w: %w", last, errs.Timeout)
 		case <-t.C:
 		}
 		delay = min(2*delay, 200*time.Millisecond)

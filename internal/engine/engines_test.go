@@ -1,0 +1,344 @@
+package engine
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The engine tests run the PE program testdata/enginejob under the real
+// engines: mpirun (Open MPI), mpiexec.hydra (MPICH, with PMI_FD and with
+// -pmi-port), and srun (Slurm, plain and --mpi=pmi2). .ci/run installs
+// the engines, starts a one-node Slurm, and sets GOSHMEM_ENGINES=1.
+
+const enginePEs = 4
+
+type launcher struct {
+	name     string // Info().Launcher the PEs must report
+	label    string
+	cmd      string
+	args     []string // before the program
+	slurm    bool
+	selfKill bool // the engine itself ends every rank when one dies (its own message, not the runtime's)
+}
+
+func launchers() []launcher {
+	n := strconv.Itoa(enginePEs)
+	ompi := []string{"--oversubscribe", "-np", n}
+	if os.Geteuid() == 0 {
+		ompi = append([]string{"--allow-run-as-root"}, ompi...)
+	}
+	return []launcher{
+		{name: OpenMPI, label: "mpirun", cmd: "mpirun.openmpi", args: ompi},
+		{name: Hydra, label: "mpiexec.hydra", cmd: "mpiexec.hydra", args: []string{"-n", n}, selfKill: true},
+		{name: Hydra, label: "mpiexec.hydra-pmi-port", cmd: "mpiexec.hydra", args: []string{"-pmi-port", "-n", n}, selfKill: true},
+		{name: Slurm, label: "srun", cmd: "srun", args: []string{"-n", n, "--overcommit"}, slurm: true},
+		{name: SlurmPMI2, label: "srun-pmi2", cmd: "srun", args: []string{"--mpi=pmi2", "-n", n, "--overcommit"}, slurm: true},
+	}
+}
+
+// buildJob builds the PE program once per test binary run.
+func buildJob(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "enginejob")
+	cmd := exec.Command("go", "build", "-o", bin, "./testdata/enginejob")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the PE program: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func usable(t *testing.T, l launcher) {
+	t.Helper()
+	if _, err := exec.LookPath(l.cmd); err != nil {
+		t.Skipf("%s is not installed (.ci/run installs openmpi-bin, mpich and Slurm)", l.cmd)
+	}
+	if l.slurm {
+		out, err := exec.Command("sinfo", "-h", "-o", "%T").Output()
+		st := strings.TrimSpace(string(out))
+		if err != nil || st == "" || strings.Contains(st, "down") || strings.Contains(st, "drain") || strings.Contains(st, "not_responding") {
+			t.Skipf("no Slurm controller answers (sinfo: %v %q; .ci/run starts one with .ci/slurm.sh and sets SLURM_CONF)", err, out)
+		}
+	}
+}
+
+func TestEngines(t *testing.T) {
+	if os.Getenv("GOSHMEM_ENGINES") != "1" {
+		t.Skip("set GOSHMEM_ENGINES=1 to run jobs under mpirun, mpiexec.hydra and srun (.ci/run does, after installing them)")
+	}
+	if runtime.GOOS != "linux" {
+		t.Skip("Linux only")
+	}
+	bin := buildJob(t)
+	for _, l := range launchers() {
+		t.Run(l.label, func(t *testing.T) {
+			usable(t, l)
+			t.Run("job", func(t *testing.T) { engineJob(t, l, bin, nil) })
+			t.Run("keyfile", func(t *testing.T) {
+				// No GOSHMEM_KEY: every PE reads (one creates) the key file.
+				engineJob(t, l, bin, []string{"HOME=" + t.TempDir(), "GOSHMEM_KEY="})
+			})
+			t.Run("kill9", func(t *testing.T) { engineKill(t, l, bin) })
+			t.Run("globalexit7", func(t *testing.T) { engineExit(t, l, bin) })
+			t.Run("wrongkey", func(t *testing.T) { engineWrongKey(t, l, bin) })
+		})
+	}
+}
+
+type run struct {
+	cmd    *exec.Cmd
+	stdout chan string
+	stderr bytes.Buffer
+	done   chan struct{}
+	err    error
+}
+
+// start runs the engine with the PE program in mode; extra entries
+// override the environment ("K=" with an empty value removes K).
+func start(t *testing.T, l launcher, bin, mode string, extra []string) *run {
+	t.Helper()
+	args := append(append([]string(nil), l.args...), bin, mode)
+	cmd := exec.Command(l.cmd, args...)
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	env["GOSHMEM_KEY"] = strings.Repeat("3c", KeySize)
+	env["GOSHMEM_TIMEOUT"] = "20s"
+	for _, kv := range extra {
+		k, v, _ := strings.Cut(kv, "=")
+		if v == "" {
+			delete(env, k)
+		} else {
+			env[k] = v
+		}
+	}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	r := &run{cmd: cmd, stdout: make(chan string, 64), done: make(chan struct{})}
+	cmd.Stderr = &r.stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			r.stdout <- sc.Text()
+		}
+		close(r.stdout)
+		r.err = cmd.Wait()
+		close(r.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-r.done:
+		default:
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-r.done
+		}
+	})
+	return r
+}
+
+// wait waits for the engine's exit (at most d) and returns its status.
+func (r *run) wait(t *testing.T, d time.Duration) (lines []string, code int) {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case s, ok := <-r.stdout:
+			if ok {
+				lines = append(lines, s)
+				continue
+			}
+			select {
+			case <-r.done:
+			case <-timer.C:
+				t.Fatalf("the job did not end within %v; stderr:\n%s", d, r.stderr.String())
+			}
+			code = r.cmd.ProcessState.ExitCode()
+			if ws, ok := r.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				code = 128 + int(ws.Signal())
+			}
+			return lines, code
+		case <-timer.C:
+			t.Fatalf("the job did not end within %v; output %q; stderr:\n%s", d, lines, r.stderr.String())
+		}
+	}
+}
+
+// rendezvousSockets lists this user's abstract rendezvous and segment
+// sockets (goshmem names them "@goshmem-...").
+func goshmemSockets() map[string]bool {
+	b, _ := os.ReadFile("/proc/net/unix")
+	out := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 8 && strings.HasPrefix(f[len(f)-1], "@goshmem") {
+			out[f[len(f)-1]] = true
+		}
+	}
+	return out
+}
+
+// leftovers waits (at most 3 s) until none of pids is alive (a zombie
+// whose parent has not reaped it is dead) and no goshmem socket absent
+// from before remains, and reports what is still there.
+func leftovers(pids []int, before map[string]bool) []string {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		var left []string
+		for _, p := range pids {
+			st, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/stat")
+			if err == nil {
+				if f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:])); len(f) > 0 && f[0] != "Z" && f[0] != "X" {
+					left = append(left, fmt.Sprintf("process %d", p))
+				}
+			}
+		}
+		for s := range goshmemSockets() {
+			if !before[s] {
+				left = append(left, "socket "+s)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var okLine = regexp.MustCompile(`^PE (\d+) of (\d+) OK launcher=(\S+) shm=(\d+)$`)
+
+func engineJob(t *testing.T, l launcher, bin string, extra []string) {
+	before := goshmemSockets()
+	r := start(t, l, bin, "ok", extra)
+	lines, code := r.wait(t, 60*time.Second)
+	if code != 0 {
+		t.Fatalf("exit %d; output %q; stderr:\n%s", code, lines, r.stderr.String())
+	}
+	seen := map[string]bool{}
+	for _, s := range lines {
+		m := okLine.FindStringSubmatch(s)
+		if m == nil {
+			continue
+		}
+		if m[2] != strconv.Itoa(enginePEs) || m[3] != l.name || m[4] != strconv.Itoa(enginePEs) {
+			t.Errorf("%q: want %d PEs, launcher %s, %d sharing memory", s, enginePEs, l.name, enginePEs)
+		}
+		seen[m[1]] = true
+	}
+	if len(seen) != enginePEs {
+		t.Fatalf("%d PEs reported OK, want %d: %q; stderr:\n%s", len(seen), enginePEs, lines, r.stderr.String())
+	}
+	if left := leftovers(nil, before); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+}
+
+var pidLine = regexp.MustCompile(`^PE (\d+) pid (\d+)$`)
+
+func engineKill(t *testing.T, l launcher, bin string) {
+	before := goshmemSockets()
+	r := start(t, l, bin, "kill", nil)
+	pids := map[int]int{}
+	waiting := 0
+	var lines []string
+	timer := time.NewTimer(30 * time.Second)
+	defer timer.Stop()
+	for waiting < enginePEs {
+		select {
+		case s, ok := <-r.stdout:
+			if !ok {
+				t.Fatalf("the job ended before every PE waited: %q; stderr:\n%s", lines, r.stderr.String())
+			}
+			lines = append(lines, s)
+			if m := pidLine.FindStringSubmatch(s); m != nil {
+				rank, _ := strconv.Atoi(m[1])
+				pids[rank], _ = strconv.Atoi(m[2])
+			}
+			if strings.HasSuffix(s, " waiting") {
+				waiting++
+			}
+		case <-timer.C:
+			t.Fatalf("PEs did not start waiting: %q; stderr:\n%s", lines, r.stderr.String())
+		}
+	}
+	victim := pids[2]
+	if victim == 0 {
+		t.Fatalf("no pid for PE 2 in %q", lines)
+	}
+	killed := time.Now()
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, code := r.wait(t, 30*time.Second)
+	took := time.Since(killed)
+	t.Logf("%s: kill -9 of PE 2 ended the job in %v with status %d", l.label, took.Round(time.Millisecond), code)
+	if took > 5*time.Second {
+		t.Errorf("the job took %v to end after PE 2 died, want under 5 s", took)
+	}
+	if code == 0 {
+		t.Errorf("the job exited 0 after PE 2 was killed")
+	}
+	stderr := r.stderr.String()
+	if l.selfKill {
+		// Hydra SIGKILLs every other rank itself within milliseconds,
+		// before the runtime can say anything, and exits with the
+		// signal's number; what it prints is its own (often nothing).
+		t.Logf("%s's own report: %q", l.cmd, strings.TrimSpace(stderr))
+	} else if !strings.Contains(stderr, "PE 2 was lost") {
+		t.Errorf("stderr does not name PE 2:\n%s", stderr)
+	}
+	all := make([]int, 0, len(pids))
+	for _, p := range pids {
+		all = append(all, p)
+	}
+	if left := leftovers(all, before); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+}
+
+func engineExit(t *testing.T, l launcher, bin string) {
+	before := goshmemSockets()
+	r := start(t, l, bin, "exit7", nil)
+	_, code := r.wait(t, 30*time.Second)
+	if code != 7 {
+		t.Errorf("GlobalExit(7) made %s exit %d, want 7; stderr:\n%s", l.cmd, code, r.stderr.String())
+	}
+	if left := leftovers(nil, before); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+}
+
+func engineWrongKey(t *testing.T, l launcher, bin string) {
+	// PE 2 holds another key; the others wait for it until their
+	// timeout unless the engine ends them first.
+	r := start(t, l, bin, "badkey", []string{"GOSHMEM_TIMEOUT=4s"})
+	_, code := r.wait(t, 30*time.Second)
+	stderr := r.stderr.String()
+	if code == 0 {
+		t.Errorf("a job with a PE holding the wrong key exited 0")
+	}
+	if !strings.Contains(stderr, "enginejob: Init:") || !strings.Contains(stderr, "authentication failed") {
+		t.Errorf("stderr does not show PE 2's Init refused:\n%s", stderr)
+	}
+}
