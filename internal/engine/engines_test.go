@@ -185,14 +185,16 @@ func (r *run) wait(t *testing.T, d time.Duration) (lines []string, code int) {
 	}
 }
 
-// rendezvousSockets lists this user's abstract rendezvous and segment
-// sockets (goshmem names them "@goshmem-...").
+// goshmemSockets lists the abstract rendezvous sockets of engine jobs
+// ("@goshmem-rdv-..."). Segment-exchange sockets die with their
+// processes, which leftovers checks; other goshmem tests running at the
+// same time make those, never these.
 func goshmemSockets() map[string]bool {
 	b, _ := os.ReadFile("/proc/net/unix")
 	out := map[string]bool{}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 8 && strings.HasPrefix(f[len(f)-1], "@goshmem") {
+		if len(f) >= 8 && strings.HasPrefix(f[len(f)-1], "@goshmem-rdv-") {
 			out[f[len(f)-1]] = true
 		}
 	}
