@@ -3,11 +3,13 @@ package shmem
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/goshmem/goshmem/heap"
@@ -16,6 +18,51 @@ import (
 
 // The remote path: PEs on other hosts are reached through a netmesh
 // mesh, one authenticated TCP connection per pair of PEs.
+
+// Bounds on the lines the mesh's log prints (refused strangers, lost
+// links): a burst of logBurst, then one per logEvery; what is dropped
+// is counted in the next line printed.
+const (
+	logBurst = 5
+	logEvery = time.Second
+)
+
+// logLimiter rate-limits a PE's mesh log: a flood of strangers'
+// connections must not flood stderr.
+type logLimiter struct {
+	mu         sync.Mutex
+	w          io.Writer
+	rank       int
+	now        func() time.Time
+	tokens     int
+	last       time.Time
+	suppressed int
+}
+
+func newLogLimiter(w io.Writer, rank int, now func() time.Time) *logLimiter {
+	return &logLimiter{w: w, rank: rank, now: now, tokens: logBurst, last: now()}
+}
+
+func (l *logLimiter) logf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.now()
+	if earned := int(t.Sub(l.last) / logEvery); earned > 0 {
+		l.tokens = min(logBurst, l.tokens+earned)
+		l.last = l.last.Add(time.Duration(earned) * logEvery)
+	}
+	if l.tokens == 0 {
+		l.suppressed++
+		return
+	}
+	l.tokens--
+	msg := fmt.Sprintf(format, args...)
+	if l.suppressed > 0 {
+		msg += fmt.Sprintf(" (%d similar lines suppressed)", l.suppressed)
+		l.suppressed = 0
+	}
+	fmt.Fprintf(l.w, "goshmem: PE %d: %s\n", l.rank, msg)
+}
 
 // listenAddr chooses the address this PE's mesh listens on:
 // GOSHMEM_ADDR (an address, or a CIDR that one of this host's addresses
@@ -146,9 +193,7 @@ func (pe *PE) startMesh(jobID string, key []byte, listen string) error {
 		Notify:  func(off, n uint64) { pe.notify(self, off, n) },
 		Listen:  listen,
 		Timeout: pe.cfg.Timeout,
-		Logf: func(format string, args ...any) {
-			fmt.Fprintf(os.Stderr, "goshmem: PE %d: "+format+"\n", append([]any{pe.rank}, args...)...)
-		},
+		Logf:    newLogLimiter(os.Stderr, pe.rank, time.Now).logf,
 		OnLost: func(rank int, err error) {
 			pe.markLost(fmt.Errorf("shmem: PE %d (remote): %v: %w", rank, err, ErrPeerLost))
 		},

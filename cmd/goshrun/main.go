@@ -20,7 +20,8 @@
 //	                    or a divisor of N names spread in blocks
 //	                    (a,b with -n 4: a a b b)
 //	--env K=V           add K=V to every PE's environment (repeatable)
-//	--grace D           time between SIGTERM and SIGKILL (default 2s)
+//	--grace D           time between SIGTERM and SIGKILL (default 2s; 0s:
+//	                    SIGKILL right after SIGTERM)
 //	--rendezvous ADDR   where the boot server listens (default 127.0.0.1:0);
 //	                    PEs on other hosts need an address they can reach,
 //	                    and it must be a specific address, not a wildcard
@@ -135,6 +136,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if timeout < 0 || grace < 0 {
 		return usage("durations must not be negative")
+	}
+	if grace == 0 {
+		grace = launch.NoGrace // --grace 0s: SIGKILL at once, not the default
 	}
 	hosts, err := spreadHosts(hostList, n)
 	if err != nil {

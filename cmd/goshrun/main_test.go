@@ -2,9 +2,15 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/goshmem/goshmem/internal/launch"
 )
@@ -79,4 +85,68 @@ func TestSpreadHosts(t *testing.T) {
 	if _, err := spreadHosts("a,,b", 3); err == nil {
 		t.Fatal("empty name accepted")
 	}
+}
+
+// goshrun says that it is building, and a kill -9 of goshrun in the
+// middle of a build leaves no build directory behind. A fake go command
+// (first in PATH) stands for a slow cold build.
+func TestBuildKilledLeavesNothing(t *testing.T) {
+	self, cleanup, err := launch.Build(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	fake, tmp := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(fake, "go"), []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-n", "1", "../../examples/pi")
+	cmd.Env = append(os.Environ(), "PATH="+fake+":"+os.Getenv("PATH"), "TMPDIR="+tmp)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(stderr.String(), "goshrun: building ../../examples/pi") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress message; stderr %q", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	dirs, _ := filepath.Glob(filepath.Join(tmp, "goshrun-*"))
+	if len(dirs) != 1 {
+		t.Fatalf("build directories %q, want one while building", dirs)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	for {
+		left, _ := filepath.Glob(filepath.Join(tmp, "*"))
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind after kill -9 of goshrun: %q", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

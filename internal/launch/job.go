@@ -34,6 +34,8 @@ const (
 const (
 	// DefaultGrace is the time between SIGTERM and SIGKILL.
 	DefaultGrace = 2 * time.Second
+	// NoGrace as Job.Grace sends SIGKILL right after SIGTERM.
+	NoGrace = time.Duration(-1)
 	// lostWait is how long a lost launcher connection waits for the PE's
 	// exit status before the loss itself is reported as the failure.
 	lostWait = time.Second
@@ -62,7 +64,8 @@ type Job struct {
 	// ending kills every PE at once.
 	Signals <-chan os.Signal
 	// Grace is the time between SIGTERM (or a forwarded signal) and
-	// SIGKILL; 0 means DefaultGrace.
+	// SIGKILL; 0 means DefaultGrace, and a negative Grace (NoGrace)
+	// means none: SIGKILL follows the SIGTERM at once.
 	Grace time.Duration
 	// Listen is the address the boot server listens on; "" means
 	// 127.0.0.1:0. PEs on other hosts (or in other network namespaces)
@@ -91,8 +94,11 @@ func (j *Job) Run(ctx context.Context) (exitCode int, err error) {
 		return CodeFailure, err
 	}
 	r := &runner{job: j, grace: j.Grace}
-	if r.grace <= 0 {
+	switch {
+	case r.grace == 0:
 		r.grace = DefaultGrace
+	case r.grace < 0:
+		r.grace = 0
 	}
 	r.out = &output{stdout: j.Stdout, stderr: j.Stderr}
 	if r.out.stdout == nil {
@@ -109,7 +115,7 @@ func (j *Job) Run(ctx context.Context) (exitCode int, err error) {
 		}
 	}
 
-	bin, cleanup, err := Build(j.Program)
+	bin, cleanup, err := BuildLog(j.Program, r.logf)
 	if err != nil {
 		return CodeFailure, err
 	}
@@ -207,9 +213,16 @@ type pe struct {
 	cmd     *exec.Cmd
 	flush   []*lineWriter // tagged output to flush when the process ends
 	exited  bool          // reaped; its pid may be reused, so no more signals
+	failed  bool          // reaped with a non-zero status
 	spared  bool          // asked for GlobalExit: not sent SIGTERM
 	lostBye bool          // its boot connection dropped without Bye
 	joined  bool          // it joined the boot server at least once
+}
+
+type exitHeld struct {
+	rank int
+	how  string
+	code int
 }
 
 type exitReport struct {
@@ -231,7 +244,7 @@ func (r *runner) start(bin string, env []string) error {
 		}
 		// A PE that exits while something it started still holds its
 		// output pipes does not stall the job for more than a grace.
-		cmd.WaitDelay = r.grace
+		cmd.WaitDelay = max(r.grace, 200*time.Millisecond)
 		p := &pe{rank: rank, cmd: cmd}
 		cmd.Stdout = r.stream(p, r.out.stdout, rank)
 		cmd.Stderr = r.stream(p, r.out.stderr, rank)
@@ -313,6 +326,12 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 		// wait for it in the bootstrap: the job cannot complete.
 		nojoin = -1
 		joined bool // some PE joined
+		// held are non-zero exits set aside because another PE's boot
+		// connection had already dropped: that PE most likely died
+		// first and these only noticed (a survivor that exits 7 on
+		// ErrPeerLost must not be blamed for a kill -9 of its peer).
+		// They are reported after the lost PE's status, or at lostC.
+		held []exitHeld
 	)
 	after := func(d time.Duration) <-chan time.Time {
 		t := time.NewTimer(d)
@@ -337,6 +356,10 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 		lostC = nil
 		r.signalAll(syscall.SIGTERM, skip)
 		graceC = after(r.grace)
+		for _, h := range held {
+			r.logf("PE %d %s", h.rank, h.how)
+		}
+		held = nil
 	}
 	onEvent := func(ev boot.Event) {
 		if ending || ev.Rank < 0 || ev.Rank >= len(r.pes) {
@@ -358,8 +381,9 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 			end(ev.Code, nil, ev.Rank)
 		case boot.EventLost:
 			p.lostBye = true
-			if p.exited {
-				// It exited 0 (a failure would have ended the job).
+			if p.exited && !p.failed {
+				// It exited 0 (a failure would have ended the job, or
+				// been held).
 				r.logf("PE %d exited with status 0 without closing its connection to the launcher", ev.Rank)
 				end(CodeFailure, nil, -1)
 			} else if lostRank < 0 {
@@ -392,6 +416,7 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 			p := r.pes[rep.rank]
 			p.exited = true
 			how, c := describe(rep.state)
+			p.failed = c != 0
 			if ending {
 				// Also name every PE that failed on its own while the
 				// job was ending (not one ended by our SIGTERM or the
@@ -403,6 +428,8 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 				continue
 			}
 			switch {
+			case c != 0 && lostRank >= 0 && lostRank != rep.rank && !r.pes[lostRank].exited:
+				held = append(held, exitHeld{rank: rep.rank, how: how, code: c})
 			case c != 0:
 				r.logf("PE %d %s", rep.rank, how)
 				end(c, nil, -1)
@@ -422,6 +449,16 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 			}
 			onEvent(ev)
 		case <-lostC:
+			if len(held) > 0 {
+				// The lost PE is still running: the first held exit
+				// stands, and the loss is reported after it.
+				h := held[0]
+				held = held[1:]
+				r.logf("PE %d %s", h.rank, h.how)
+				r.logf("PE %d lost its connection to the launcher", lostRank)
+				end(h.code, nil, -1)
+				continue
+			}
 			r.logf("PE %d lost its connection to the launcher", lostRank)
 			end(CodeFailure, nil, -1)
 		case sig := <-r.job.Signals:

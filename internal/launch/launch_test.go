@@ -156,6 +156,37 @@ func TestKilledBySignal(t *testing.T) {
 	}
 }
 
+// A survivor that fails because its peer died is not blamed for the
+// death, even when the launcher reaps it first: PE 2's status reaches
+// the launcher 0.4 s late (a child holds its output open), while the
+// others exit 7 as soon as the boot server reports PE 2 lost.
+func TestSurvivorNotBlamed(t *testing.T) {
+	for i := range 3 {
+		r := run(t, &Job{N: 4}, "2=kill9slow,*=lostexit7")
+		if r.code != 128+9 {
+			t.Fatalf("run %d: exit %d, want 137 (PE 2 was killed): %v", i, r.code, r)
+		}
+		first := strings.Index(r.stderr, "goshrun: PE 2 killed by signal killed")
+		if first < 0 || strings.Index(r.stderr, "exited with status 7") < first {
+			t.Fatalf("run %d: PE 2 is not named first: %v", i, r)
+		}
+	}
+}
+
+// NoGrace (goshrun --grace 0s) kills at once instead of meaning the
+// default 2 s.
+func TestNoGrace(t *testing.T) {
+	dir, env := pidDir(t)
+	r := run(t, &Job{N: 3, Env: []string{env}, Grace: NoGrace}, "2=exit3,*=ignoreterm")
+	if r.code != 3 {
+		t.Fatal(r)
+	}
+	if r.elapsed >= DefaultGrace {
+		t.Fatalf("the job took %v to end: the PEs that ignore SIGTERM waited for a grace", r.elapsed)
+	}
+	expectGone(t, readPids(t, dir))
+}
+
 func TestKillAfterGrace(t *testing.T) {
 	dir, env := pidDir(t)
 	r := run(t, &Job{N: 3, Env: []string{env}, Grace: 300 * time.Millisecond}, "2=exit3,*=ignoreterm")

@@ -17,6 +17,10 @@
 //	exit0       GlobalExit(0): Exit(0), then exit 0
 //	print       print lines to stdout and stderr in pieces, Close, exit 0
 //	env         print the launcher variables and PE_TEST_EXTRA, Close, exit 0
+//	kill9slow   start a child that keeps this PE's output open for 0.4 s,
+//	            then kill itself with SIGKILL: the launcher reaps it late
+//	lostexit7   wait until the boot server reports a lost PE, then exit 7
+//	            (a survivor that fails because a peer died)
 //
 // If PE_TEST_PIDDIR is set, the PE writes its pid (and its child's) to
 // PE_TEST_PIDDIR/<rank> after the Allgather, and waits until every PE
@@ -40,6 +44,10 @@ import (
 
 func main() {
 	if os.Getenv("PE_TEST_CHILD") != "" {
+		if d, err := time.ParseDuration(os.Getenv("PE_TEST_CHILD_FOR")); err == nil {
+			time.Sleep(d)
+			os.Exit(0)
+		}
 		sleepForever()
 	}
 	env, ok, err := boot.ParseEnv(os.LookupEnv)
@@ -78,9 +86,13 @@ func main() {
 		}
 	}
 	pids := []int{os.Getpid()}
-	if mode == "sleepchild" {
+	if mode == "sleepchild" || mode == "kill9slow" {
 		child := exec.Command(os.Args[0])
 		child.Env = append(os.Environ(), "PE_TEST_CHILD=1")
+		if mode == "kill9slow" {
+			child.Env = append(child.Env, "PE_TEST_CHILD_FOR=400ms")
+			child.Stdout, child.Stderr = os.Stdout, os.Stderr
+		}
 		if err := child.Start(); err != nil {
 			fail("child: %v", err)
 		}
@@ -111,9 +123,12 @@ func main() {
 		os.Exit(3)
 	case "nobye":
 		os.Exit(0)
-	case "kill9":
+	case "kill9", "kill9slow":
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		sleepForever()
+	case "lostexit7":
+		<-c.Trouble()
+		os.Exit(7)
 	case "sleep", "sleepchild", "ignoreterm", "termok":
 		sleepForever()
 	case "exit7", "exit0":
