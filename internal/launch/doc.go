@@ -1,7 +1,9 @@
 // Package launch starts a goshmem job of N PE processes on this machine:
 // the engine behind cmd/goshrun.
 //
-// Job.Run builds the program if it is a Go package (Build), starts a
+// Job.Run builds the program if it is a Go package (BuildLog: it says so
+// when the build takes more than a second, and its directory does not
+// outlive a killed launcher), starts a
 // boot.Server on Job.Listen (127.0.0.1:0 by default) with a fresh job id (NewJobID) and key
 // (NewKey), starts the N PEs, and supervises them until the job ends.
 //
