@@ -1,6 +1,7 @@
 package shmem_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -71,4 +72,101 @@ func benchAtomic[T shmem.ExtendedElem](b *testing.B, s shmem.Sym[T], swap bool) 
 		sink += v
 	}
 	_ = sink
+}
+
+// BenchmarkFloatVsIntAtomics measures the float atomics against the
+// integer atomics of their width under a noisy load: each iteration
+// times a burst of the integer op and a burst of the float op back to
+// back (in alternating order) on words of the same PE, and the result is
+// the median of the per-pair ratios (float/int; 1 is the same cost), so
+// a load that drifts between bursts cancels out. Run it with a fixed
+// count, e.g. -benchtime 101x.
+func BenchmarkFloatVsIntAtomics(b *testing.B) {
+	for _, route := range []struct {
+		name  string
+		hosts []string
+		burst int
+	}{{"shm", nil, 20000}, {"tcp", pretendHosts("remote", 2), 200}} {
+		opts := []shmem.Option{shmem.WithTimeout(10 * time.Minute), shmem.WithHeapSize(1 << 20)}
+		if route.hosts != nil {
+			opts = append(opts, shmem.WithHosts(route.hosts))
+		}
+		err := shmem.Run(2, func(pe *shmem.PE) error {
+			u64, err := shmem.Malloc[uint64](pe, 16)
+			if err != nil {
+				return err
+			}
+			f64, err := shmem.Malloc[float64](pe, 16)
+			if err != nil {
+				return err
+			}
+			u32, err := shmem.Malloc[uint32](pe, 32)
+			if err != nil {
+				return err
+			}
+			f32, err := shmem.Malloc[float32](pe, 32)
+			if err != nil {
+				return err
+			}
+			if pe.MyPE() == 0 {
+				for _, op := range []string{"fetch", "swap"} {
+					swap := op == "swap"
+					b.Run(route.name+"/"+op+"-64", func(b *testing.B) {
+						pairedRatio(b, route.burst, func(n int) { burstAtomic(b, u64, swap, n) }, func(n int) { burstAtomic(b, f64, swap, n) })
+					})
+					b.Run(route.name+"/"+op+"-32", func(b *testing.B) {
+						pairedRatio(b, route.burst, func(n int) { burstAtomic(b, u32, swap, n) }, func(n int) { burstAtomic(b, f32, swap, n) })
+					})
+				}
+			}
+			return pe.BarrierAll()
+		}, opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func pairedRatio(b *testing.B, burst int, intOp, floatOp func(n int)) {
+	ratios := make([]float64, 0, b.N)
+	var intNs, floatNs float64
+	for i := 0; i < b.N; i++ {
+		var ti, tf time.Duration
+		if i%2 == 0 {
+			start := time.Now()
+			intOp(burst)
+			ti = time.Since(start)
+			start = time.Now()
+			floatOp(burst)
+			tf = time.Since(start)
+		} else {
+			start := time.Now()
+			floatOp(burst)
+			tf = time.Since(start)
+			start = time.Now()
+			intOp(burst)
+			ti = time.Since(start)
+		}
+		ratios = append(ratios, float64(tf)/float64(ti))
+		intNs += float64(ti.Nanoseconds()) / float64(burst)
+		floatNs += float64(tf.Nanoseconds()) / float64(burst)
+	}
+	slices.Sort(ratios)
+	b.ReportMetric(ratios[len(ratios)/2], "float/int")
+	b.ReportMetric(intNs/float64(b.N), "int-ns/op")
+	b.ReportMetric(floatNs/float64(b.N), "float-ns/op")
+}
+
+func burstAtomic[T shmem.ExtendedElem](b *testing.B, s shmem.Sym[T], swap bool, n int) {
+	for i := 0; i < n; i++ {
+		var err error
+		if swap {
+			_, err = shmem.AtomicSwap(s, 0, T(i), 1)
+		} else {
+			_, err = shmem.AtomicFetch(s, 0, 1)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -66,6 +66,10 @@ var _ = register("misuse-soak", func(pe *shmem.PE) error {
 	if err != nil {
 		return err
 	}
+	sig, err := shmem.Malloc[uint64](pe, 1)
+	if err != nil {
+		return err
+	}
 	if err := pe.BarrierAll(); err != nil {
 		return err
 	}
@@ -79,7 +83,7 @@ var _ = register("misuse-soak", func(pe *shmem.PE) error {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(seed, uint64(me*(goroutines+1)+g)))
-			if err := soakCalls(pe, rng, s, lock, np, &calls, deadline); err != nil {
+			if err := soakCalls(pe, rng, s, lock, sig, np, &calls, deadline); err != nil {
 				errc <- fmt.Errorf("seed %d, PE %d, goroutine %d: %w", seed, me, g, err)
 			}
 		}()
@@ -109,7 +113,7 @@ var _ = register("misuse-soak", func(pe *shmem.PE) error {
 // soakCalls makes random calls until the deadline, counting them in
 // calls. Once the PE is finalized (ErrFinalized seen), every call must
 // fail.
-func soakCalls(pe *shmem.PE, rng *rand.Rand, s, lock shmem.Sym[int64], np int, calls *atomic.Int64, deadline time.Time) error {
+func soakCalls(pe *shmem.PE, rng *rand.Rand, s, lock shmem.Sym[int64], sig shmem.Sym[uint64], np int, calls *atomic.Int64, deadline time.Time) error {
 	pick := func(xs ...int) int { return xs[rng.IntN(len(xs))] }
 	target := func() int { return pick(-1, 0, 1, np-1, np, math.MaxInt, rng.IntN(np)) }
 	index := func() int { return pick(-1, 0, 3, 4, math.MinInt, rng.IntN(4)) }
@@ -125,12 +129,20 @@ func soakCalls(pe *shmem.PE, rng *rand.Rand, s, lock shmem.Sym[int64], np int, c
 		return s
 	}
 	buf := make([]int64, pick(0, 1, 4, 5))
+	nbiSrc := make([]int64, pick(0, 1, 4, 5)) // read by NBI puts until a Quiet: never written
+	vec := func() []int64 { return make([]int64, pick(0, 3, 4, 5)) }
+	mask := func() []bool {
+		if rng.IntN(2) == 0 {
+			return nil
+		}
+		return make([]bool, pick(0, 3, 4, 5))
+	}
 	finalized := false
 	for time.Now().Before(deadline) {
 		calls.Add(1)
 		var err error
 		var what string
-		switch rng.IntN(16) {
+		switch rng.IntN(22) {
 		case 0:
 			what, err = "Put", shmem.Put(sym(), buf, target())
 		case 1:
@@ -170,6 +182,25 @@ func soakCalls(pe *shmem.PE, rng *rand.Rand, s, lock shmem.Sym[int64], np int, c
 			what, err = "Quiet", pe.Quiet()
 		case 14:
 			what, err = "PEQuiet", pe.PEQuiet(target(), target())
+		case 16:
+			what, err = "IBPut", shmem.IBPut(sym(), stride(), buf, stride(), count(), count(), target())
+		case 17:
+			what, err = "IBGet", shmem.IBGet(buf, stride(), sym(), stride(), count(), count(), target())
+		case 18:
+			what = "TestSomeVector"
+			_, err = shmem.TestSomeVector(sym(), mask(), shmem.Cmp(pick(0, 1, 5, 7)), vec())
+		case 19:
+			// Holds at once (every element is below 1<<40) or never.
+			what = "WaitUntilAnyVector"
+			v := vec()
+			for i := range v {
+				v[i] = int64(pick(math.MinInt64, 1<<40))
+			}
+			_, err = shmem.WaitUntilAnyVector(sym(), mask(), shmem.CmpLT, v)
+		case 20:
+			what, err = "PutSignalNBI", shmem.PutSignalNBI(sym(), nbiSrc, sig.Slice(0, pick(0, 1)), 1, shmem.SignalOp(pick(0, 1, 2, 3)), target())
+		case 21:
+			what, err = "SignalUpdate", shmem.SignalUpdate(sig.Slice(0, pick(0, 1)), 1, shmem.SignalOp(pick(0, 1, 2, 3)), target())
 		case 15:
 			what = "Local/Ptr/SameHost"
 			l, p := s.Local(), shmem.Ptr(s, target())
