@@ -8,12 +8,18 @@ import (
 	"github.com/goshmem/goshmem/shmem"
 )
 
-// BenchmarkExtendedAtomics compares the float atomics with the integer
-// atomics of the same width: blocking fetch and swap from PE 0 on a word
-// of PE 1, over shared memory (goroutine PEs) and over TCP (pretend
-// hosts). The sub-benchmarks of one route share one job and alternate
-// float and integer, so that the machine's load drifts across both.
-func BenchmarkExtendedAtomics(b *testing.B) {
+// atomicWords are one word of each width and kind on every PE, each in
+// a 128-byte stretch of its own.
+type atomicWords struct {
+	u64 shmem.Sym[uint64]
+	f64 shmem.Sym[float64]
+	u32 shmem.Sym[uint32]
+	f32 shmem.Sym[float32]
+}
+
+// onAtomicRoutes runs fn on PE 0 of a 2-PE job over shared memory
+// (goroutine PEs) and over TCP (pretend hosts) in turn; PE 1 is idle.
+func onAtomicRoutes(b *testing.B, fn func(route string, w atomicWords)) {
 	for _, route := range []struct {
 		name  string
 		hosts []string
@@ -23,30 +29,22 @@ func BenchmarkExtendedAtomics(b *testing.B) {
 			opts = append(opts, shmem.WithHosts(route.hosts))
 		}
 		err := shmem.Run(2, func(pe *shmem.PE) error {
-			u64, err := shmem.Malloc[uint64](pe, 16)
-			if err != nil {
+			var w atomicWords
+			var err error
+			if w.u64, err = shmem.Malloc[uint64](pe, 16); err != nil {
 				return err
 			}
-			f64, err := shmem.Malloc[float64](pe, 16)
-			if err != nil {
+			if w.f64, err = shmem.Malloc[float64](pe, 16); err != nil {
 				return err
 			}
-			u32, err := shmem.Malloc[uint32](pe, 32)
-			if err != nil {
+			if w.u32, err = shmem.Malloc[uint32](pe, 32); err != nil {
 				return err
 			}
-			f32, err := shmem.Malloc[float32](pe, 32)
-			if err != nil {
+			if w.f32, err = shmem.Malloc[float32](pe, 32); err != nil {
 				return err
 			}
 			if pe.MyPE() == 0 {
-				for _, op := range []string{"fetch", "swap"} {
-					swap := op == "swap"
-					b.Run(route.name+"/"+op+"-uint64", func(b *testing.B) { benchAtomic(b, u64, swap) })
-					b.Run(route.name+"/"+op+"-float64", func(b *testing.B) { benchAtomic(b, f64, swap) })
-					b.Run(route.name+"/"+op+"-uint32", func(b *testing.B) { benchAtomic(b, u32, swap) })
-					b.Run(route.name+"/"+op+"-float32", func(b *testing.B) { benchAtomic(b, f32, swap) })
-				}
+				fn(route.name, w)
 			}
 			return pe.BarrierAll()
 		}, opts...)
@@ -56,22 +54,20 @@ func BenchmarkExtendedAtomics(b *testing.B) {
 	}
 }
 
-func benchAtomic[T shmem.ExtendedElem](b *testing.B, s shmem.Sym[T], swap bool) {
-	var sink T
-	for i := 0; i < b.N; i++ {
-		var v T
-		var err error
-		if swap {
-			v, err = shmem.AtomicSwap(s, 0, T(i), 1)
-		} else {
-			v, err = shmem.AtomicFetch(s, 0, 1)
+// BenchmarkExtendedAtomics compares the float atomics with the integer
+// atomics of the same width: blocking fetch and swap from PE 0 on a word
+// of PE 1, over shared memory and over TCP. The sub-benchmarks of one
+// route share one job and alternate float and integer.
+func BenchmarkExtendedAtomics(b *testing.B) {
+	onAtomicRoutes(b, func(route string, w atomicWords) {
+		for _, op := range []string{"fetch", "swap"} {
+			swap := op == "swap"
+			b.Run(route+"/"+op+"-uint64", func(b *testing.B) { burstAtomic(b, w.u64, swap, b.N) })
+			b.Run(route+"/"+op+"-float64", func(b *testing.B) { burstAtomic(b, w.f64, swap, b.N) })
+			b.Run(route+"/"+op+"-uint32", func(b *testing.B) { burstAtomic(b, w.u32, swap, b.N) })
+			b.Run(route+"/"+op+"-float32", func(b *testing.B) { burstAtomic(b, w.f32, swap, b.N) })
 		}
-		if err != nil {
-			b.Fatal(err)
-		}
-		sink += v
-	}
-	_ = sink
+	})
 }
 
 // BenchmarkFloatVsIntAtomics measures the float atomics against the
@@ -82,49 +78,21 @@ func benchAtomic[T shmem.ExtendedElem](b *testing.B, s shmem.Sym[T], swap bool) 
 // a load that drifts between bursts cancels out. Run it with a fixed
 // count, e.g. -benchtime 101x.
 func BenchmarkFloatVsIntAtomics(b *testing.B) {
-	for _, route := range []struct {
-		name  string
-		hosts []string
-		burst int
-	}{{"shm", nil, 20000}, {"tcp", pretendHosts("remote", 2), 200}} {
-		opts := []shmem.Option{shmem.WithTimeout(10 * time.Minute), shmem.WithHeapSize(1 << 20)}
-		if route.hosts != nil {
-			opts = append(opts, shmem.WithHosts(route.hosts))
+	onAtomicRoutes(b, func(route string, w atomicWords) {
+		burst := 20000
+		if route == "tcp" {
+			burst = 200
 		}
-		err := shmem.Run(2, func(pe *shmem.PE) error {
-			u64, err := shmem.Malloc[uint64](pe, 16)
-			if err != nil {
-				return err
-			}
-			f64, err := shmem.Malloc[float64](pe, 16)
-			if err != nil {
-				return err
-			}
-			u32, err := shmem.Malloc[uint32](pe, 32)
-			if err != nil {
-				return err
-			}
-			f32, err := shmem.Malloc[float32](pe, 32)
-			if err != nil {
-				return err
-			}
-			if pe.MyPE() == 0 {
-				for _, op := range []string{"fetch", "swap"} {
-					swap := op == "swap"
-					b.Run(route.name+"/"+op+"-64", func(b *testing.B) {
-						pairedRatio(b, route.burst, func(n int) { burstAtomic(b, u64, swap, n) }, func(n int) { burstAtomic(b, f64, swap, n) })
-					})
-					b.Run(route.name+"/"+op+"-32", func(b *testing.B) {
-						pairedRatio(b, route.burst, func(n int) { burstAtomic(b, u32, swap, n) }, func(n int) { burstAtomic(b, f32, swap, n) })
-					})
-				}
-			}
-			return pe.BarrierAll()
-		}, opts...)
-		if err != nil {
-			b.Fatal(err)
+		for _, op := range []string{"fetch", "swap"} {
+			swap := op == "swap"
+			b.Run(route+"/"+op+"-64", func(b *testing.B) {
+				pairedRatio(b, burst, func(n int) { burstAtomic(b, w.u64, swap, n) }, func(n int) { burstAtomic(b, w.f64, swap, n) })
+			})
+			b.Run(route+"/"+op+"-32", func(b *testing.B) {
+				pairedRatio(b, burst, func(n int) { burstAtomic(b, w.u32, swap, n) }, func(n int) { burstAtomic(b, w.f32, swap, n) })
+			})
 		}
-	}
+	})
 }
 
 func pairedRatio(b *testing.B, burst int, intOp, floatOp func(n int)) {

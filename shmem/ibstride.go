@@ -36,20 +36,11 @@ func IGet[T Elem](dst []T, dstStride int, src Sym[T], srcStride, n, target int) 
 // when it returns; the data is complete at target after the next Quiet of
 // dst's context.
 func IBPut[T Elem](dst Sym[T], dstStride int, src []T, srcStride, blockSize, nblocks, target int) error {
-	if err := blockCheck(dstStride, srcStride, blockSize, nblocks); err != nil {
-		return err
-	}
-	if !blocksFit(len(src), srcStride, blockSize, nblocks) {
-		return blocksPast("source slice", len(src), srcStride, blockSize, nblocks)
-	}
-	pe, p, off, ext, err := dst.blocks(dstStride, blockSize, nblocks, target)
-	if err != nil {
+	pe, p, off, ext, err := dst.blocks(dstStride, len(src), srcStride, "source", blockSize, nblocks, target)
+	if err != nil || ext == 0 {
 		return err
 	}
 	defer pe.leave()
-	if ext == 0 {
-		return nil
-	}
 	if p.mem == nil {
 		// Byte strides cannot overflow: with more than one block each
 		// stride is below its side's length, which fits in memory.
@@ -74,20 +65,11 @@ func IBPut[T Elem](dst Sym[T], dstStride int, src []T, srcStride, blockSize, nbl
 // element k*dstStride of dst, for k in 0..nblocks-1. Bounds are checked
 // as for IBPut.
 func IBGet[T Elem](dst []T, dstStride int, src Sym[T], srcStride, blockSize, nblocks, target int) error {
-	if err := blockCheck(srcStride, dstStride, blockSize, nblocks); err != nil {
-		return err
-	}
-	if !blocksFit(len(dst), dstStride, blockSize, nblocks) {
-		return blocksPast("destination slice", len(dst), dstStride, blockSize, nblocks)
-	}
-	pe, p, off, ext, err := src.blocks(srcStride, blockSize, nblocks, target)
-	if err != nil {
+	pe, p, off, ext, err := src.blocks(srcStride, len(dst), dstStride, "destination", blockSize, nblocks, target)
+	if err != nil || ext == 0 {
 		return err
 	}
 	defer pe.leave()
-	if ext == 0 {
-		return nil
-	}
 	if p.mem == nil {
 		// Every block in flight at once, then one flush for all.
 		sz := uint64(sizeOf[T]())
@@ -106,16 +88,6 @@ func IBGet[T Elem](dst []T, dstStride int, src Sym[T], srcStride, blockSize, nbl
 	return nil
 }
 
-// blockCheck validates a block-strided transfer's strides and counts:
-// symStride is the symmetric side's, localStride the local slice's.
-func blockCheck(symStride, localStride, blockSize, nblocks int) error {
-	if symStride < 1 || localStride < 1 || blockSize < 0 || nblocks < 0 {
-		return fmt.Errorf("shmem: block-strided transfer of %d blocks of %d elements with strides %d and %d: %w",
-			nblocks, blockSize, symStride, localStride, ErrInvalid)
-	}
-	return nil
-}
-
 // blocksFit reports, without overflow, whether nblocks blocks of
 // blockSize elements at stride fit in n elements (stride >= 1, counts
 // >= 0).
@@ -129,10 +101,22 @@ func blocksPast(what string, n, stride, blockSize, nblocks int) error {
 		nblocks, blockSize, stride, n, what, ErrOutOfBounds)
 }
 
-// blocks is span for a block-strided pattern from element 0 of s: it
-// checks that the last block is inside s and returns the extent
-// (nblocks-1)*stride+blockSize in elements (0 when nothing moves).
-func (s Sym[T]) blocks(stride, blockSize, nblocks, target int) (*PE, *peer, uint64, int, error) {
+// blocks validates a block-strided transfer between s (from element 0,
+// at stride) and a local slice of localLen elements (at localStride,
+// named local in errors): strides at least 1, counts not negative, the
+// last block inside both sides. It enters the PE and returns, like span,
+// the route, the byte offset of element 0 and the extent
+// (nblocks-1)*stride+blockSize in elements. When nothing moves (extent
+// 0) it has already left the PE again; otherwise the caller calls
+// pe.leave when done.
+func (s Sym[T]) blocks(stride, localLen, localStride int, local string, blockSize, nblocks, target int) (*PE, *peer, uint64, int, error) {
+	if stride < 1 || localStride < 1 || blockSize < 0 || nblocks < 0 {
+		return nil, nil, 0, 0, fmt.Errorf("shmem: block-strided transfer of %d blocks of %d elements with strides %d and %d: %w",
+			nblocks, blockSize, stride, localStride, ErrInvalid)
+	}
+	if !blocksFit(localLen, localStride, blockSize, nblocks) {
+		return nil, nil, 0, 0, blocksPast(local+" slice", localLen, localStride, blockSize, nblocks)
+	}
 	if err := s.check(); err != nil {
 		return nil, nil, 0, 0, err
 	}
@@ -144,5 +128,8 @@ func (s Sym[T]) blocks(stride, blockSize, nblocks, target int) (*PE, *peer, uint
 		ext = (nblocks-1)*stride + blockSize
 	}
 	pe, p, off, err := s.span(0, ext, target)
+	if err == nil && ext == 0 {
+		pe.leave()
+	}
 	return pe, p, off, ext, err
 }
