@@ -153,6 +153,11 @@ func Load64(mem []byte, off uint64) uint64 {
 	return atomic.LoadUint64((*uint64)(unsafe.Pointer(unsafe.SliceData(mem[off:]))))
 }
 
+// Load32 is an atomic load of the 4-byte word at off of mem.
+func Load32(mem []byte, off uint64) uint32 {
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(unsafe.SliceData(mem[off:]))))
+}
+
 // Store64 is an atomic store to the 8-byte word at off of mem.
 func Store64(mem []byte, off uint64, v uint64) {
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(unsafe.SliceData(mem[off:]))), v)

@@ -214,3 +214,34 @@ func TestVectorCallsAllocateNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkTestAllVector is one scan of 8 elements against their own
+// values, beside Test of one element: the per-element cost of the
+// multi-element waits' check.
+func BenchmarkTestAllVector(b *testing.B) {
+	err := shmem.Run(1, func(pe *shmem.PE) error {
+		s, err := shmem.Malloc[uint64](pe, 8)
+		if err != nil {
+			return err
+		}
+		vs := make([]uint64, 8)
+		b.Run("8-elements", func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if ok, err := shmem.TestAllVector(s, nil, shmem.CmpGE, vs); err != nil || !ok {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+		b.Run("Test-1-element", func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if ok, err := shmem.Test(s, 0, shmem.CmpGE, 0); err != nil || !ok {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}

@@ -331,10 +331,15 @@ func compare[T AtomicElem](a T, c Cmp, b T) bool {
 	return false
 }
 
-// loadLocal atomically reads element i of s on this PE.
+// loadLocal atomically reads element i of s on this PE: a plain atomic
+// load of its width (small enough to inline, which the waits' scans of
+// many elements rely on).
 func loadLocal[T AtomicElem](s Sym[T], i int) T {
 	off := s.off + uint64(i)*uint64(sizeOf[T]())
-	return fromBits[T](heap.AtomicAt(s.b.pe.mem, off, sizeOf[T](), heap.OpFetch, 0, 0))
+	if sizeOf[T]() == 4 {
+		return fromBits[T](uint64(heap.Load32(s.b.pe.mem, off)))
+	}
+	return fromBits[T](heap.Load64(s.b.pe.mem, off))
 }
 
 // localCheck validates a wait or test on this PE's own copy of s and
