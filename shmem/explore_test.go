@@ -250,8 +250,11 @@ func (m *barModel) exploreCausal() (explore.Result, error) {
 // barrier before every member entered it, and nobody is left stuck.
 func TestExploreBarrier(t *testing.T) {
 	maxN := 7
-	if explore.Deep() {
+	switch {
+	case explore.Deep():
 		maxN = 8
+	case explore.Quick():
+		maxN = 5
 	}
 	for n := 2; n <= maxN; n++ {
 		m := newBarModel(n, 3)

@@ -84,10 +84,6 @@ func lockCheck(l Sym[int64]) (*PE, uint64, int, error) {
 	return pe, l.off, int((l.off / 8) % uint64(pe.npes)), nil
 }
 
-func (pe *PE) myNode(off uint64) uint32 {
-	return atomic.LoadUint32(heap.Ptr32(pe.mem, off+4))
-}
-
 // SetLock acquires the lock l (a symmetric word, zero when free),
 // waiting in FIFO order behind PEs that asked first. When it fails (the
 // PE's timeout passed), the lock stays usable: the PEs behind this one
@@ -103,17 +99,13 @@ func SetLock(l Sym[int64]) error {
 	if err := pe.takeLocal(ls, off); err != nil {
 		return err
 	}
-	prev, err := pe.acquire(off, home, false)
+	q := pe.queue(ls, off, home)
+	prev, err := q.acquire(false)
 	if err == nil {
 		ls.holder.Store(lockHeld)
 		return nil
 	}
-	if prev != 0 && errors.Is(err, ErrTimeout) && pe.hold() {
-		// Linked behind PE prev-1, which will grant this node.
-		go pe.finishAbandoned(ls, off, home, prev)
-		return err
-	}
-	<-ls.held
+	q.abandon(prev, err)
 	return err
 }
 
@@ -130,7 +122,7 @@ func TestLock(l Sym[int64]) (bool, error) {
 	default:
 		return false, nil // another goroutine of this PE has it
 	}
-	if _, err := pe.acquire(off, home, true); err != nil {
+	if _, err := pe.queue(ls, off, home).acquire(true); err != nil {
 		<-ls.held
 		if err == errLockBusy {
 			return false, nil
@@ -171,66 +163,6 @@ func (pe *PE) takeLocal(ls *lockState, off uint64) error {
 	}
 }
 
-// acquire joins the lock's queue and waits for the lock. A non-zero prev
-// with an error means this PE's node is linked behind PE prev-1.
-func (pe *PE) acquire(off uint64, home int, try bool) (prev uint64, err error) {
-	me := uint64(pe.rank + 1)
-	// Reset the node before joining the queue: nobody else touches it now
-	// (the last successor was granted before our last release ended).
-	if _, err := pe.rawAtomic(pe.rank, off+4, 4, heap.OpSet, 0, 0); err != nil {
-		return 0, err
-	}
-	if try {
-		old, err := pe.rawAtomic(home, off, 4, heap.OpCSwap, me, 0)
-		if err != nil {
-			return 0, err
-		}
-		if old != 0 {
-			return 0, errLockBusy
-		}
-		return 0, nil
-	}
-	prev, err = pe.rawAtomic(home, off, 4, heap.OpSwap, me, 0)
-	if err != nil {
-		return 0, err
-	}
-	if prev == 0 {
-		return 0, nil
-	}
-	if prev > uint64(pe.npes) {
-		return 0, fmt.Errorf("shmem: lock word at offset %d holds tail %d, not a PE of %d (not a lock, or corrupted): %w", off, prev, pe.npes, ErrProtocol)
-	}
-	if _, err := pe.rawAtomic(int(prev-1), off+4, 4, heap.OpFetchOr, me, 0); err != nil {
-		return 0, err
-	}
-	return prev, pe.awaitGrant(off, prev)
-}
-
-func (pe *PE) awaitGrant(off, prev uint64) error {
-	return pe.await(off+4, 4, func() bool { return pe.myNode(off)&lockGranted != 0 },
-		func() string { return fmt.Sprintf("the lock at offset %d from PE %d", off, prev-1) })
-}
-
-// finishAbandoned completes a SetLock that gave up while linked in the
-// queue: it waits for the grant however long it takes and releases the
-// lock at once. It ends early only when the PE finalizes or the job
-// breaks. The caller took a hold on the PE; ls.held stays full until the
-// node is free.
-func (pe *PE) finishAbandoned(ls *lockState, off uint64, home int, prev uint64) {
-	defer pe.leave()
-	for {
-		err := pe.awaitGrant(off, prev)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrTimeout) {
-			<-ls.held
-			return
-		}
-	}
-	pe.releaseLock(ls, off, home)
-}
-
 // ClearLock completes this PE's outstanding operations (Quiet), so the
 // next holder sees what was written under the lock, then releases l to
 // the next PE in line. The lock is released even when the Quiet fails;
@@ -250,65 +182,195 @@ func ClearLock(l Sym[int64]) error {
 	if qerr != nil {
 		qerr = fmt.Errorf("shmem: PE %d releasing the lock at offset %d: completing the writes made under it: %w", pe.rank, off, qerr)
 	}
-	if err := pe.releaseLock(ls, off, home); err != nil {
+	if err := pe.queue(ls, off, home).release(); err != nil {
 		return err
 	}
 	return qerr
 }
 
-// releaseLock passes the lock this PE holds to the next PE in line, or frees
-// it, and then frees ls.held for this PE's next goroutine. If the wait
-// for a successor to link ends with ErrTimeout, the rest of the release
-// continues in a goroutine of the PE and the error is returned.
-func (pe *PE) releaseLock(ls *lockState, off uint64, home int) error {
-	me := uint64(pe.rank + 1)
-	next := uint64(pe.myNode(off) &^ lockGranted)
-	if next == 0 {
-		old, err := pe.rawAtomic(home, off, 4, heap.OpCSwap, 0, me)
+// lockPort is what the queue's protocol (mcsQueue) needs from the
+// runtime: the PE (peLockPort), or the explorer in explore_lock_test.go,
+// which drives the same protocol over a model of the words in every
+// interleaving.
+type lockPort interface {
+	// atomic applies op to the 4-byte word at off of PE target.
+	atomic(target int, off uint64, op heap.AtomicOp, v, cond uint64) (uint64, error)
+	// await waits until cond, which reads this PE's 4-byte word at off;
+	// it fails as the PE's waits do (ErrTimeout, ErrPeerLost, ...).
+	await(off uint64, cond func() bool, what func() string) error
+	// node loads this PE's queue node at off.
+	node(off uint64) uint32
+	// unheld frees the lock for this PE's next goroutine (ls.held).
+	unheld()
+	// spawn runs f in a goroutine of the PE and reports whether it
+	// could (not once the PE is closed).
+	spawn(f func()) bool
+}
+
+// peLockPort is the runtime's lockPort.
+type peLockPort struct {
+	pe *PE
+	ls *lockState
+}
+
+func (p peLockPort) atomic(target int, off uint64, op heap.AtomicOp, v, cond uint64) (uint64, error) {
+	return p.pe.rawAtomic(target, off, 4, op, v, cond)
+}
+
+func (p peLockPort) await(off uint64, cond func() bool, what func() string) error {
+	return p.pe.await(off, 4, cond, what)
+}
+
+func (p peLockPort) node(off uint64) uint32 { return atomic.LoadUint32(heap.Ptr32(p.pe.mem, off)) }
+func (p peLockPort) unheld()                { <-p.ls.held }
+
+func (p peLockPort) spawn(f func()) bool {
+	if !p.pe.hold() {
+		return false
+	}
+	go func() {
+		defer p.pe.leave()
+		f()
+	}()
+	return true
+}
+
+// mcsQueue is this PE's view of one lock's queue: the protocol steps,
+// over a lockPort.
+type mcsQueue struct {
+	port lockPort
+	me   uint64 // this PE's number + 1, as the queue names it
+	npes int
+	off  uint64 // the lock word
+	home int    // the PE whose low half is the queue's tail
+}
+
+func (pe *PE) queue(ls *lockState, off uint64, home int) mcsQueue {
+	return mcsQueue{port: peLockPort{pe, ls}, me: uint64(pe.rank + 1), npes: pe.npes, off: off, home: home}
+}
+
+// acquire joins the lock's queue and waits for the lock. A non-zero prev
+// with an error means this PE's node is linked behind PE prev-1.
+func (q mcsQueue) acquire(try bool) (prev uint64, err error) {
+	// Reset the node before joining the queue: nobody else touches it now
+	// (the last successor was granted before our last release ended).
+	if _, err := q.port.atomic(int(q.me-1), q.off+4, heap.OpSet, 0, 0); err != nil {
+		return 0, err
+	}
+	if try {
+		old, err := q.port.atomic(q.home, q.off, heap.OpCSwap, q.me, 0)
 		if err != nil {
-			<-ls.held
+			return 0, err
+		}
+		if old != 0 {
+			return 0, errLockBusy
+		}
+		return 0, nil
+	}
+	prev, err = q.port.atomic(q.home, q.off, heap.OpSwap, q.me, 0)
+	if err != nil {
+		return 0, err
+	}
+	if prev == 0 {
+		return 0, nil
+	}
+	if prev > uint64(q.npes) {
+		return 0, fmt.Errorf("shmem: lock word at offset %d holds tail %d, not a PE of %d (not a lock, or corrupted): %w", q.off, prev, q.npes, ErrProtocol)
+	}
+	if _, err := q.port.atomic(int(prev-1), q.off+4, heap.OpFetchOr, q.me, 0); err != nil {
+		return 0, err
+	}
+	return prev, q.awaitGrant(prev)
+}
+
+// abandon ends a SetLock whose acquire failed with err. Linked behind PE
+// prev-1 after a timeout, the node will be granted: a goroutine of the
+// PE (finishAbandoned) waits for that and passes the lock on, and keeps
+// the lock's held mark until then. Otherwise the mark is freed now.
+func (q mcsQueue) abandon(prev uint64, err error) {
+	if prev != 0 && errors.Is(err, ErrTimeout) && q.port.spawn(func() { q.finishAbandoned(prev) }) {
+		return
+	}
+	q.port.unheld()
+}
+
+func (q mcsQueue) awaitGrant(prev uint64) error {
+	return q.port.await(q.off+4, func() bool { return q.port.node(q.off+4)&lockGranted != 0 },
+		func() string { return fmt.Sprintf("the lock at offset %d from PE %d", q.off, prev-1) })
+}
+
+// finishAbandoned completes a SetLock that gave up while linked in the
+// queue: it waits for the grant however long it takes and releases the
+// lock at once. It ends early only when the PE finalizes or the job
+// breaks. The held mark stays until the node is free.
+func (q mcsQueue) finishAbandoned(prev uint64) {
+	for {
+		err := q.awaitGrant(prev)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrTimeout) {
+			q.port.unheld()
+			return
+		}
+	}
+	q.release()
+}
+
+// release passes the lock this PE holds to the next PE in line, or frees
+// it, and then frees the held mark for this PE's next goroutine. If the
+// wait for a successor to link ends with ErrTimeout, the rest of the
+// release continues in a goroutine of the PE and the error is returned.
+func (q mcsQueue) release() error {
+	next := uint64(q.port.node(q.off+4) &^ lockGranted)
+	if next == 0 {
+		old, err := q.port.atomic(q.home, q.off, heap.OpCSwap, 0, q.me)
+		if err != nil {
+			q.port.unheld()
 			return err
 		}
-		if old == me {
-			<-ls.held
+		if old == q.me {
+			q.port.unheld()
 			return nil
 		}
 		// A successor swapped itself in and is about to link.
-		if err := pe.awaitLink(off); err != nil {
-			if errors.Is(err, ErrTimeout) && pe.hold() {
-				go func() {
-					defer pe.leave()
-					werr := ErrTimeout
-					for errors.Is(werr, ErrTimeout) {
-						werr = pe.awaitLink(off)
-					}
-					if werr != nil {
-						<-ls.held
-						return
-					}
-					pe.grantNext(ls, off)
-				}()
+		if err := q.awaitLink(); err != nil {
+			if errors.Is(err, ErrTimeout) && q.port.spawn(q.finishRelease) {
 				return err
 			}
-			<-ls.held
+			q.port.unheld()
 			return err
 		}
 	}
-	return pe.grantNext(ls, off)
+	return q.grantNext()
 }
 
-func (pe *PE) awaitLink(off uint64) error {
-	return pe.await(off+4, 4, func() bool { return pe.myNode(off)&^lockGranted != 0 },
-		func() string { return fmt.Sprintf("the next PE to link behind the lock at offset %d", off) })
+// finishRelease completes a release whose wait for the successor to link
+// timed out: it waits however long it takes, then grants.
+func (q mcsQueue) finishRelease() {
+	werr := ErrTimeout
+	for errors.Is(werr, ErrTimeout) {
+		werr = q.awaitLink()
+	}
+	if werr != nil {
+		q.port.unheld()
+		return
+	}
+	q.grantNext()
+}
+
+func (q mcsQueue) awaitLink() error {
+	return q.port.await(q.off+4, func() bool { return q.port.node(q.off+4)&^lockGranted != 0 },
+		func() string { return fmt.Sprintf("the next PE to link behind the lock at offset %d", q.off) })
 }
 
 // grantNext grants the lock to the successor linked on this PE's node.
-func (pe *PE) grantNext(ls *lockState, off uint64) error {
-	defer func() { <-ls.held }()
-	next := uint64(pe.myNode(off) &^ lockGranted)
-	if next == 0 || next > uint64(pe.npes) {
-		return fmt.Errorf("shmem: lock node at offset %d names successor %d, not a PE of %d: %w", off, next, pe.npes, ErrProtocol)
+func (q mcsQueue) grantNext() error {
+	defer q.port.unheld()
+	next := uint64(q.port.node(q.off+4) &^ lockGranted)
+	if next == 0 || next > uint64(q.npes) {
+		return fmt.Errorf("shmem: lock node at offset %d names successor %d, not a PE of %d: %w", q.off, next, q.npes, ErrProtocol)
 	}
-	_, err := pe.rawAtomic(int(next-1), off+4, 4, heap.OpFetchOr, lockGranted, 0)
+	_, err := q.port.atomic(int(next-1), q.off+4, heap.OpFetchOr, lockGranted, 0)
 	return err
 }

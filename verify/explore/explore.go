@@ -294,3 +294,9 @@ func show[S any, K comparable](m Model[S, K], s S) string {
 // Deep reports whether the checks should use their deeper bounds:
 // GOSHMEM_EXPLORE_DEEP=1 in the environment of `go test`.
 func Deep() bool { return os.Getenv("GOSHMEM_EXPLORE_DEEP") == "1" }
+
+// Quick reports whether the checks should use small bounds only: under
+// the race detector, which slows the explorer about tenfold, the
+// interleavings are the point of other tests, and the full bounds run
+// without it.
+func Quick() bool { return raceOn && !Deep() }
