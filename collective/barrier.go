@@ -8,9 +8,10 @@ import (
 
 // Barrier completes this PE's outstanding puts, atomics and signals
 // (Quiet), then waits until every member of t has reached the barrier
-// (shmem_team_sync after shmem_quiet). It shares Team.Sync's
-// dissemination barrier over the team's reserved flags, so barriers
-// follow each other without a reset.
+// (shmem_team_sync after shmem_quiet). It shares Team.Sync's barrier
+// over the team's reserved flags (flat on a team of up to 16 members on
+// one host, dissemination otherwise), so barriers follow each other
+// without a reset.
 func Barrier(t *shmem.Team) error {
 	if t == nil {
 		return fmt.Errorf("collective: Barrier on a nil team: %w", shmem.ErrInvalid)

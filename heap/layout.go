@@ -36,10 +36,13 @@ import (
 // A team slot (TeamSlotSize bytes, at TeamsOff + slot*TeamSlotSize):
 //
 //	offset            width   meaning
-//	0                 32*64   dissemination-barrier flags: round r's 8-byte
-//	                          word at r*64, written only by the member that
-//	                          signals this member in round r (it stores the
-//	                          barrier epoch; waits are for flag >= epoch)
+//	0                 32*64   barrier flags: an 8-byte word at r*64. A team
+//	                          that syncs flat (shmem: one host, at most 16
+//	                          members): flag j, written only by member j.
+//	                          Otherwise round r's flag of the dissemination
+//	                          barrier, written only by the member that
+//	                          signals this member in round r. Writers store
+//	                          the barrier epoch; waits are for flag >= epoch
 //	TeamScratchOff    512     split/agreement scratch: the member's call
 //	                          descriptor and its free-slot bitmap
 //	2560              1536    the collective area (shmem.Team.CollectiveArea:

@@ -1,6 +1,6 @@
 package shmem
 
-// The dissemination barrier's schedule (Team.syncLocked), as pure
+// The dissemination barrier's schedule (Team.syncDissemination), as pure
 // functions so the explorer in explore_test.go drives the same schedule
 // as the barrier itself.
 

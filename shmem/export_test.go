@@ -21,3 +21,6 @@ func LinkOutstanding(pe *PE, r int) bool {
 	l := pe.peers[r].link
 	return l != nil && l.Outstanding()
 }
+
+// SyncsFlat reports whether t's barrier is the flat one (syncFlat).
+func SyncsFlat(t *Team) bool { return t.flat }

@@ -26,6 +26,7 @@ type Team struct {
 	members    []int // world ranks, in team order
 	me         int   // this PE's index in members
 	predefined bool  // world and shared: never destroyed by the user
+	flat       bool  // every member's heap is mapped here, and few members: syncFlat
 
 	mu        sync.Mutex // serialises this PE's collectives on the team; guards epoch
 	epoch     uint64     // barriers completed on the team by this PE
@@ -35,10 +36,12 @@ type Team struct {
 
 func newTeam(pe *PE, slot int, members []int) *Team {
 	t := &Team{pe: pe, slot: slot, members: members, me: -1}
+	t.flat = len(members) <= flatSyncMax
 	for i, w := range members {
 		if w == pe.rank {
 			t.me = i
 		}
+		t.flat = t.flat && pe.peers[w].mem != nil
 	}
 	return t
 }
@@ -120,12 +123,11 @@ func (t *Team) sync() error {
 	return t.syncLocked()
 }
 
-// syncLocked is a dissemination barrier: in round r the member at index
-// i stores the barrier's epoch into round r's flag on member i+2^r and
-// waits until its own round-r flag, written only by member i-2^r, reaches
-// the epoch. ceil(log2 n) rounds; no word is written by two PEs. Flags
-// only grow, and a wait is for flag >= epoch, so a fast member already in
-// the next barrier cannot confuse a slow one.
+// syncLocked is the team's barrier. A team whose members' heaps are all
+// mapped here (so, the same on every member: they all map each other)
+// and that has at most flatSyncMax members uses syncFlat, the others
+// syncDissemination. The choice is made when the team is created and
+// never changes, so every member of a team runs the same barrier.
 func (t *Team) syncLocked() error {
 	pe := t.pe
 	if t.destroyed.Load() {
@@ -136,7 +138,62 @@ func (t *Team) syncLocked() error {
 		return pe.alive()
 	}
 	t.epoch++
-	e := t.epoch
+	if t.flat {
+		return t.syncFlat(t.epoch)
+	}
+	return t.syncDissemination(t.epoch)
+}
+
+// flatSyncMax is the largest team that syncs flat. A flat barrier costs
+// each member n-1 stores into mapped memory and one wait; dissemination
+// costs ceil(log2 n) waits in a row. When PEs outnumber cores every wait
+// that is not yet satisfied is a hand-over of the CPU, so one wait is
+// what counts (4 PEs on 2 cores: docs/collectives.md).
+const flatSyncMax = 16
+
+// syncFlat is the flat barrier: the member at index i stores the epoch
+// into flag i of every other member (starting with member i+1, so that no
+// member is written by all at once), then waits until its own flags j,
+// each written only by member j, all reach the epoch (syncReached, as in
+// syncDissemination). A member leaves only after seeing every other
+// member's store of this epoch, which that member made inside this
+// barrier; stores never wait, so no member is stuck while all enter.
+func (t *Team) syncFlat(e uint64) error {
+	pe := t.pe
+	n := len(t.members)
+	mine := heap.FlagOff(t.slot, t.me)
+	for s := 1; s < n; s++ {
+		if err := pe.storeWord(t.members[(t.me+s)%n], mine, e); err != nil {
+			return pe.goneErr(err)
+		}
+	}
+	// next is the first member whose flag has not been seen at the epoch:
+	// the condition resumes there rather than rescanning.
+	next := 0
+	cond := func() bool {
+		for ; next < n; next++ {
+			if next != t.me && !syncReached(heap.Load64(pe.mem, heap.FlagOff(t.slot, next)), e) {
+				return false
+			}
+		}
+		return true
+	}
+	return pe.await(heap.FlagOff(t.slot, 0), uint64(n)*heap.FlagStride, cond,
+		func() string {
+			return fmt.Sprintf("barrier %d of a %d-PE team (flat: PE %d)", e, n, t.members[min(next, n-1)])
+		})
+}
+
+// syncDissemination is a dissemination barrier: in round r the member at
+// index i stores the barrier's epoch into round r's flag on member i+2^r
+// and waits until its own round-r flag, written only by member i-2^r,
+// reaches the epoch. ceil(log2 n) rounds (syncRounds, syncRound); no
+// word is written by two PEs. Flags only grow, and a wait is for flag >=
+// epoch (syncReached), so a fast member already in the next barrier
+// cannot confuse a slow one.
+func (t *Team) syncDissemination(e uint64) error {
+	pe := t.pe
+	n := len(t.members)
 	for r := range syncRounds(n) {
 		to, from := syncRound(n, t.me, r)
 		off := heap.FlagOff(t.slot, r)

@@ -3,6 +3,7 @@ package shmem_test
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -229,6 +230,26 @@ var _ = register("barriers", func(pe *shmem.PE) error {
 })
 
 func TestBarriers(t *testing.T) { each(t, "barriers", 1, 2, 3, 5, 8) }
+
+// Same-host teams of up to 16 members sync flat, larger ones by
+// dissemination (Team.syncLocked): the largest flat team and the
+// smallest disseminating one, as goroutine PEs of one host.
+func TestBarriersBothAlgorithms(t *testing.T) {
+	barriers := scenarios.Get("barriers")
+	for _, n := range []int{16, 17} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			err := shmem.Run(n, func(pe *shmem.PE) error {
+				if shmem.SyncsFlat(pe.World()) != (n <= 16) {
+					return fmt.Errorf("%d-PE world team: flat barrier %v", n, shmem.SyncsFlat(pe.World()))
+				}
+				return barriers(pe)
+			}, shmem.WithTimeout(60*time.Second), shmem.WithHeapSize(16<<20))
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
 
 func TestEightPEsOnTwoCoresFinishPromptly(t *testing.T) {
 	start := time.Now()

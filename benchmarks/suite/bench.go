@@ -86,8 +86,20 @@ func fillPattern(p []byte) {
 
 // sample is one PE's outcome of one repetition: ops operations moving
 // bytes bytes in ns nanoseconds. PEs that only answer return zero.
+// wall, when set, is the repetition's whole duration where ns times only
+// part of it (the OSU collectives time each call, not the barrier after
+// it); calibration sizes repetitions by it.
 type sample struct {
 	ns, ops, bytes float64
+	wall           float64
+}
+
+// elapsed is how long the repetition took.
+func (s sample) elapsed() float64 {
+	if s.wall > 0 {
+		return s.wall
+	}
+	return s.ns
 }
 
 func timed(start time.Time, ops, bytes int) sample {
@@ -212,7 +224,7 @@ func (b *B) calibrate(fn measureFn, agg bool) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		perIter = s.ns / float64(b.cfg.Warmup)
+		perIter = s.elapsed() / float64(b.cfg.Warmup)
 	} else {
 		// Grow the warm-up geometrically until it has lasted RepTime/4.
 		k, spent := 1, 0.0
@@ -221,8 +233,8 @@ func (b *B) calibrate(fn measureFn, agg bool) (int, error) {
 			if err != nil {
 				return 0, err
 			}
-			spent += s.ns
-			perIter = s.ns / float64(k)
+			spent += s.elapsed()
+			perIter = s.elapsed() / float64(k)
 			next := int64(0)
 			if spent < target/4 && k < maxAutoIters {
 				next = int64(min(k*4, maxAutoIters))
