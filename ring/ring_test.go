@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -329,6 +330,12 @@ var _ = register("misuse", func(pe *shmem.PE) error {
 	if err != nil {
 		return err
 	}
+	// go is PE 1's word: PE 0 sets it once its third Send is counted as
+	// waiting; PE 1 acknowledges only after that, so the Send must wait.
+	goWord, err := shmem.Malloc[int64](pe, 1)
+	if err != nil {
+		return err
+	}
 	switch me {
 	case 0:
 		if _, err := r.Send(1, make([]byte, 17)); !errors.Is(err, shmem.ErrInvalid) {
@@ -345,10 +352,40 @@ var _ = register("misuse", func(pe *shmem.PE) error {
 		if err := r.Ack(1, 1); !errors.Is(err, shmem.ErrInvalid) {
 			return fmt.Errorf("Ack with no lane: %v", err)
 		}
-		for i := 0; i < 3; i++ { // the third waits for PE 1's Ack of 1
+		for i := 0; i < 2; i++ {
 			if _, err := r.Send(1, []byte{byte(i)}); err != nil {
 				return err
 			}
+		}
+		if st := r.Stats(); st.Waits != 0 {
+			return fmt.Errorf("stats %+v after two Sends into a depth-2 lane: want no wait", st)
+		}
+		// The third needs PE 1's Ack of 1, which PE 1 gives only after
+		// this goroutine has seen the Send counted as waiting (Waits is
+		// counted before the wait begins).
+		done := make(chan error, 1)
+		go func() {
+			_, err := r.Send(1, []byte{2})
+			done <- err
+		}()
+		for r.Stats().Waits == 0 {
+			select {
+			case err := <-done:
+				return fmt.Errorf("the third Send returned (%v) without waiting for PE 1's Ack", err)
+			default:
+				runtime.Gosched()
+			}
+		}
+		select {
+		case err := <-done:
+			return fmt.Errorf("the third Send returned (%v) before PE 1 acknowledged", err)
+		default:
+		}
+		if err := shmem.AtomicSet(goWord, 0, 1, 1); err != nil {
+			return err
+		}
+		if err := <-done; err != nil {
+			return err
 		}
 		if st := r.Stats(); st.Waits != 1 || st.WaitTime <= 0 {
 			return fmt.Errorf("stats %+v: want one wait", st)
@@ -364,7 +401,9 @@ var _ = register("misuse", func(pe *shmem.PE) error {
 		if err := r.Ack(0, 2); !errors.Is(err, shmem.ErrInvalid) {
 			return fmt.Errorf("Ack past what was received: %v", err)
 		}
-		time.Sleep(20 * time.Millisecond) // let PE 0 wait for the ack
+		if err := shmem.WaitUntil(goWord, 0, shmem.CmpEQ, 1); err != nil { // PE 0's third Send waits
+			return err
+		}
 		for i := 0; i < 2; i++ {
 			if err := r.Ack(0, 1); err != nil { // idempotent
 				return fmt.Errorf("Ack: %v", err)
@@ -384,6 +423,9 @@ var _ = register("misuse", func(pe *shmem.PE) error {
 		}
 	}
 	if err := r.Close(); err != nil {
+		return err
+	}
+	if err := shmem.Free(goWord); err != nil {
 		return err
 	}
 	raw, err := New(pe, []Lane{{From: 1, To: 0, Depth: 1, Capacity: 1}}, Raw)
@@ -558,31 +600,47 @@ func TestSafeLapped(t *testing.T) {
 }
 
 // Send allocates nothing: Safe lanes that need not wait, Raw lanes,
-// inline and bulk messages, and SendT.
+// inline and bulk messages, and SendT. testing.AllocsPerRun counts the
+// whole process's allocations, so PE 1 is parked on a channel (which
+// allocates nothing) for the whole measurement: the count is PE 0's
+// Sends' and the runtime's own, and one allocation per Send shows as 1.
 func TestSendAllocs(t *testing.T) {
 	if raceOn {
 		t.Skip("the race detector allocates")
 	}
 	const runs = 200
+	parked, resume := make(chan struct{}), make(chan struct{})
 	err := shmem.Run(2, func(pe *shmem.PE) error {
 		for _, mode := range []Mode{Safe, Raw} {
 			r, err := newRing(pe, []Lane{{From: 0, To: 1, Depth: 4 * runs, Capacity: 512}}, mode, 128)
 			if err != nil {
 				return err
 			}
-			if pe.MyPE() == 0 {
+			if pe.MyPE() == 1 {
+				parked <- struct{}{}
+				<-resume
+			} else {
+				<-parked
 				small, big, vals := make([]byte, 64), make([]byte, 500), make([]float64, 8)
-				for name, f := range map[string]func(){
-					"inline": func() { r.Send(1, small) },
-					"bulk":   func() { r.Send(1, big) },
-					"SendT":  func() { SendT(r, 1, vals) },
+				var failed error
+				for _, c := range []struct {
+					name string
+					f    func()
+				}{
+					{"inline", func() { _, err = r.Send(1, small) }},
+					{"bulk", func() { _, err = r.Send(1, big) }},
+					{"SendT", func() { _, err = SendT(r, 1, vals) }},
 				} {
-					// PE 1 sleeps in the barrier meanwhile, so that the
-					// count is Send's alone.
-					time.Sleep(20 * time.Millisecond)
-					if a := testing.AllocsPerRun(runs, f); a != 0 {
-						return fmt.Errorf("%v %s: %v allocations per Send", mode, name, a)
+					if a := testing.AllocsPerRun(runs, c.f); a != 0 && failed == nil {
+						failed = fmt.Errorf("%v %s: %v allocations per Send", mode, c.name, a)
 					}
+					if err != nil && failed == nil {
+						failed = fmt.Errorf("%v %s: %w", mode, c.name, err)
+					}
+				}
+				resume <- struct{}{}
+				if failed != nil {
+					return failed
 				}
 			}
 			if err := pe.BarrierAll(); err != nil {
