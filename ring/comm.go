@@ -87,7 +87,11 @@ type Comm struct {
 // docs/ring.md). Its lanes cost each PE about (NPEs-1) × 20 × 66 KiB of
 // heap; in a smaller heap the eager limit shrinks (EagerLimit), and
 // below 4 KiB NewComm fails with ErrHeapExhausted on every PE.
-func NewComm(t *shmem.Team) (*Comm, error) {
+func NewComm(t *shmem.Team) (*Comm, error) { return newCommCap(t, QueueCap) }
+
+// newCommCap is NewComm with the unexpected queue's cap as a parameter,
+// for tests.
+func newCommCap(t *shmem.Team, queueCap int) (*Comm, error) {
 	if t == nil || t.PE() == nil {
 		return nil, fmt.Errorf("ring: NewComm on a nil team: %w", shmem.ErrInvalid)
 	}
@@ -107,7 +111,7 @@ func NewComm(t *shmem.Team) (*Comm, error) {
 		}
 		c.world[i], c.rank[w] = w, i
 	}
-	e, err := newEngine(pe, QueueCap)
+	e, err := newEngine(pe, queueCap)
 	if err != nil {
 		return nil, err
 	}

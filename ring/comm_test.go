@@ -297,4 +297,398 @@ func TestCommShift(t *testing.T) {
 	each(t, "comm-shift", counts...)
 }
 
-var _ = time.Second
+// comm-order: non-overtaking over 10k messages (500 under -short and
+// -race). PE 0 sends message i with tag i%3; every 100th message of tag
+// 2 is a rendezvous one. PE 1 takes each group of three in the order of
+// tags 2, 1, 0, so tags 0 and 1 always wait in the queue; each tag's
+// messages must come in the order sent.
+var _ = register("comm-order", func(pe *shmem.PE) error {
+	c, err := NewComm(pe.World())
+	if err != nil {
+		return err
+	}
+	total := scaled(10000, 20) / 3 * 3
+	sizeOf := func(i int) int {
+		if i%3 == 2 && i%300 == 2 {
+			return c.EagerLimit() + 1 + i%7
+		}
+		return (i * 37) % 200
+	}
+	buf := make([]byte, c.EagerLimit()+8)
+	switch c.Rank() {
+	case 0:
+		for i := 0; i < total; i++ {
+			tag := i % 3
+			if err := Send(bg(), c, 1, tag, fillMsg(buf[:sizeOf(i)], 0, tag, i/3)); err != nil {
+				return fmt.Errorf("Send %d: %w", i, err)
+			}
+		}
+	case 1:
+		for g := 0; g < total/3; g++ {
+			for tag := 2; tag >= 0; tag-- {
+				i := 3*g + tag
+				st, err := Recv(bg(), c, 0, tag, buf)
+				if err != nil {
+					return fmt.Errorf("Recv %d: %w", i, err)
+				}
+				if st.Bytes != sizeOf(i) {
+					return fmt.Errorf("Recv of message %d (tag %d): %d bytes, want %d", i, tag, st.Bytes, sizeOf(i))
+				}
+				if err := checkMsg(buf[:st.Bytes], 0, tag, g); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	return c.Close()
+})
+
+func TestCommOrder(t *testing.T) { each(t, "comm-order", 2) }
+
+// comm-ctx: a context bounds every call, and a call it ends leaves
+// nothing behind.
+var _ = register("comm-ctx", func(pe *shmem.PE) error {
+	c, err := NewComm(pe.World())
+	if err != nil {
+		return err
+	}
+	flag, err := shmem.Malloc[int64](pe, 1)
+	if err != nil {
+		return err
+	}
+	big := c.EagerLimit() + 1
+	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(bg(), 30*time.Millisecond) }
+	switch c.Rank() {
+	case 0:
+		// A Recv and a Probe that nothing matches end at the deadline.
+		ctx, cancel := short()
+		_, err := Recv(ctx, c, 1, 5, make([]byte, 8))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("Recv with nothing to receive: %v", err)
+		}
+		ctx, cancel = context.WithCancel(bg())
+		time.AfterFunc(20*time.Millisecond, cancel)
+		if _, err := Probe(ctx, c, AnySource, AnyTag); !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("Probe cancelled: %v", err)
+		}
+		// The eager rule: EagerCredits messages go without a receive
+		// (PE 1 is not in any Comm call: it waits on flag).
+		for k := 0; k < EagerCredits; k++ {
+			ctx, cancel := context.WithTimeout(bg(), 20*time.Second)
+			err := Send(ctx, c, 1, 1, fillMsg(make([]byte, 100), 0, 1, k))
+			cancel()
+			if err != nil {
+				return fmt.Errorf("eager Send %d with PE 1 not receiving: %w", k, err)
+			}
+		}
+		// Then the lane fills: some Send waits, and its deadline ends
+		// it with nothing sent.
+		sent := EagerCredits
+		for ; ; sent++ {
+			ctx, cancel := short()
+			err := Send(ctx, c, 1, 1, fillMsg(make([]byte, 100), 0, 1, sent))
+			cancel()
+			if errors.Is(err, context.DeadlineExceeded) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if sent > 10*commDepth {
+				return fmt.Errorf("%d eager Sends into a lane nobody empties all returned", sent)
+			}
+		}
+		// A rendezvous Send that nobody matches ends too.
+		ctx, cancel = short()
+		err = Send(ctx, c, 1, 2, fillMsg(make([]byte, big), 0, 2, 0))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("unmatched rendezvous Send: %v", err)
+		}
+		if err := shmem.P(flag, 0, int64(sent), 1); err != nil {
+			return err
+		}
+		// What PE 1 must see next on tag 2 is this one, not the
+		// cancelled one.
+		if err := Send(bg(), c, 1, 2, fillMsg(make([]byte, big+1), 0, 2, 1)); err != nil {
+			return err
+		}
+		if err := Send(bg(), c, 1, 3, []byte("end")); err != nil {
+			return err
+		}
+		// A Recv of a rendezvous message that is cancelled before PE 1
+		// sends: PE 1 sends it after it sees flag 2; a second Recv gets it.
+		ctx, cancel = short()
+		_, err = Recv(ctx, c, 1, 4, make([]byte, big))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("Recv before the send: %v", err)
+		}
+		if err := shmem.P(flag, 0, -1, 1); err != nil {
+			return err
+		}
+		dst := make([]byte, big)
+		st, err := Recv(bg(), c, 1, 4, dst)
+		if err != nil || st.Bytes != big {
+			return fmt.Errorf("Recv of PE 1's message: %+v, %v", st, err)
+		}
+		if err := checkMsg(dst, 1, 4, 0); err != nil {
+			return err
+		}
+	case 1:
+		if err := shmem.WaitUntil(flag, 0, shmem.CmpNE, 0); err != nil {
+			return err
+		}
+		sent := int(flag.Local()[0])
+		dst := make([]byte, big+1)
+		for k := 0; k < sent; k++ {
+			st, err := Recv(bg(), c, 0, AnyTag, dst)
+			if err != nil || st.Tag != 1 || st.Bytes != 100 {
+				return fmt.Errorf("eager message %d of %d: %+v, %v", k, sent, st, err)
+			}
+			if err := checkMsg(dst[:100], 0, 1, k); err != nil {
+				return err
+			}
+		}
+		// The Send that timed out, and the cancelled rendezvous, left
+		// nothing: next come the second rendezvous message and "end".
+		st, err := Recv(bg(), c, 0, AnyTag, dst)
+		if err != nil || st != (Status{Source: 0, Tag: 2, Bytes: big + 1}) {
+			return fmt.Errorf("after the cancelled sends: %+v, %v (want the second tag-2 message)", st, err)
+		}
+		if err := checkMsg(dst, 0, 2, 1); err != nil {
+			return err
+		}
+		st, err = Recv(bg(), c, 0, AnyTag, dst)
+		if err != nil || st.Tag != 3 || string(dst[:st.Bytes]) != "end" {
+			return fmt.Errorf("last message: %+v, %v", st, err)
+		}
+		if err := shmem.WaitUntil(flag, 0, shmem.CmpEQ, -1); err != nil {
+			return err
+		}
+		if err := Send(bg(), c, 0, 4, fillMsg(make([]byte, big), 1, 4, 0)); err != nil {
+			return err
+		}
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	if err := shmem.Free(flag); err != nil {
+		return err
+	}
+	return c.Close()
+})
+
+func TestCommCtx(t *testing.T) { each(t, "comm-ctx", 2) }
+
+// comm-goroutines: 8 goroutines per PE, each on its own tag, exchange
+// messages of several sizes (eager and rendezvous) with the PEs on both
+// sides at once.
+var _ = register("comm-goroutines", func(pe *shmem.PE) error {
+	c, err := NewComm(pe.World())
+	if err != nil {
+		return err
+	}
+	me, n := c.Rank(), c.Size()
+	right, left := (me+1)%n, (me+n-1)%n
+	rounds := scaled(200, 10)
+	sizes := []int{0, 8, 1000, c.EagerLimit(), c.EagerLimit() + 100}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dst := make([]byte, c.EagerLimit()+100)
+			for k := range rounds {
+				size := sizes[(k+g)%len(sizes)]
+				src := fillMsg(make([]byte, size), me, g, k)
+				st, err := SendRecv(bg(), c, right, g, src, left, g, dst)
+				if err == nil && st != (Status{Source: left, Tag: g, Bytes: size}) {
+					err = fmt.Errorf("status %+v", st)
+				}
+				if err == nil {
+					err = checkMsg(dst[:size], left, g, k)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("goroutine %d, round %d: %w", g, k, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	return c.Close()
+})
+
+func TestCommGoroutines(t *testing.T) { each(t, "comm-goroutines", 2, 3) }
+
+// comm-team: a Comm over a split team numbers ranks the team's way (here
+// the world reversed), and a team of fewer PEs than the job is refused.
+var _ = register("comm-team", func(pe *shmem.PE) error {
+	n := pe.NPEs()
+	rev, err := pe.World().Split(n-1, -1, n)
+	if err != nil {
+		return err
+	}
+	c, err := NewComm(rev)
+	if err != nil {
+		return err
+	}
+	me := c.Rank()
+	if me != n-1-pe.MyPE() {
+		return fmt.Errorf("rank %d on PE %d", me, pe.MyPE())
+	}
+	right, left := (me+1)%n, (me+n-1)%n
+	for k, size := range []int{5, c.EagerLimit() + 5} {
+		dst := make([]byte, size)
+		st, err := SendRecv(bg(), c, right, k, fillMsg(make([]byte, size), me, k, 0), left, AnyTag, dst)
+		if err != nil || st != (Status{Source: left, Tag: k, Bytes: size}) {
+			return fmt.Errorf("SendRecv over the reversed team: %+v, %v", st, err)
+		}
+		if err := checkMsg(dst, left, k, 0); err != nil {
+			return err
+		}
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	if err := c.Close(); err != nil {
+		return err
+	}
+	half, err := pe.World().Split(0, 1, n/2)
+	if err != nil {
+		return err
+	}
+	if half != nil {
+		if _, err := NewComm(half); !errors.Is(err, shmem.ErrInvalid) {
+			return fmt.Errorf("NewComm over %d of %d PEs: %v", half.NPEs(), n, err)
+		}
+		if err := half.Destroy(); err != nil {
+			return err
+		}
+	}
+	return rev.Destroy()
+})
+
+func TestCommTeam(t *testing.T) { each(t, "comm-team", 2, 3) }
+
+// comm-cap: the unexpected queue's cap. PE 1's queue may hold 8 KiB; PE
+// 0 sends 20 messages of 1 KiB with tag 1, then one with tag 2. A Recv
+// of tag 2 finds the queue full with the message behind it: ErrQueueFull
+// (and ErrHeapExhausted), nothing consumed. Then everything arrives.
+var _ = register("comm-cap", func(pe *shmem.PE) error {
+	c, err := newCommCap(pe.World(), 8<<10)
+	if err != nil {
+		return err
+	}
+	const count, size = 20, 1 << 10
+	switch c.Rank() {
+	case 0:
+		for k := range count {
+			if err := Send(bg(), c, 1, 1, fillMsg(make([]byte, size), 0, 1, k)); err != nil {
+				return err
+			}
+		}
+		if err := Send(bg(), c, 1, 2, []byte("last")); err != nil {
+			return err
+		}
+	case 1:
+		ctx, cancel := context.WithTimeout(bg(), 20*time.Second)
+		_, err := Recv(ctx, c, 0, 2, make([]byte, 8))
+		cancel()
+		if !errors.Is(err, ErrQueueFull) || !errors.Is(err, shmem.ErrHeapExhausted) {
+			return fmt.Errorf("Recv behind a full queue: %v", err)
+		}
+		dst := make([]byte, size)
+		for k := range count {
+			st, err := Recv(bg(), c, 0, 1, dst)
+			if err != nil || st.Bytes != size {
+				return fmt.Errorf("message %d: %+v, %v", k, st, err)
+			}
+			if err := checkMsg(dst, 0, 1, k); err != nil {
+				return err
+			}
+		}
+		st, err := Recv(bg(), c, 0, 2, dst)
+		if err != nil || string(dst[:st.Bytes]) != "last" {
+			return fmt.Errorf("the last message: %+v, %v", st, err)
+		}
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	return c.Close()
+})
+
+func TestCommCap(t *testing.T) { each(t, "comm-cap", 2) }
+
+// A Recv waiting on a PE that fails ends with ErrPeerLost, and so does a
+// rendezvous Send waiting for its receive.
+func TestCommPeerLost(t *testing.T) {
+	got := make(chan error, 2)
+	boom := errors.New("PE 0 fails on purpose")
+	err := shmem.Run(3, func(pe *shmem.PE) error {
+		c, err := NewComm(pe.World())
+		if err != nil {
+			return err
+		}
+		switch pe.MyPE() {
+		case 0:
+			time.Sleep(50 * time.Millisecond)
+			return boom
+		case 1:
+			_, err := Recv(bg(), c, 0, 0, make([]byte, 8))
+			got <- err
+		case 2:
+			got <- Send(bg(), c, 0, 0, make([]byte, c.EagerLimit()+1))
+		}
+		return nil
+	}, shmem.WithTimeout(30*time.Second), shmem.WithHeapSize(16<<20))
+	if !errors.Is(err, boom) {
+		t.Fatalf("Run: %v", err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-got; !errors.Is(err, shmem.ErrPeerLost) {
+			t.Errorf("got %v, want ErrPeerLost", err)
+		}
+	}
+}
+
+// A Recv that nothing matches ends with the PE's timeout.
+func TestCommTimeout(t *testing.T) {
+	done := make(chan struct{}) // PE 1's Recv has given up: PE 0 may enter Close
+	err := shmem.Run(2, func(pe *shmem.PE) error {
+		c, err := NewComm(pe.World())
+		if err != nil {
+			return err
+		}
+		if pe.MyPE() == 1 {
+			start := time.Now()
+			if _, err := Recv(bg(), c, 0, 0, make([]byte, 8)); !errors.Is(err, shmem.ErrTimeout) {
+				return fmt.Errorf("Recv: %v, want ErrTimeout", err)
+			}
+			if el := time.Since(start); el < 200*time.Millisecond || el > 10*time.Second {
+				return fmt.Errorf("Recv gave up after %v", el)
+			}
+			close(done)
+		} else {
+			<-done
+		}
+		return c.Close()
+	}, shmem.WithTimeout(300*time.Millisecond), shmem.WithHeapSize(16<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+}
