@@ -18,6 +18,7 @@ import (
 type engine struct {
 	pe       *shmem.PE
 	me, npes int
+	gate     *shmem.Team // a private copy of the world team: holding it keeps this PE's memory mapped
 	r        *Ring
 	bell     shmem.Sym[uint64] // this PE's doorbell (the ring's)
 	bellWord *uint64
@@ -38,7 +39,6 @@ type engine struct {
 	slotGen  [rdvSlots]uint32
 	cur      *request // the request of the goroutine that holds mu, if any
 	kick     bool     // a request of another goroutine completed, or a slot was freed
-	bellOld  uint64   // receives the old value of a remote doorbell add (never read)
 }
 
 // inLane is the receiving state of the lane from one source.
@@ -125,8 +125,15 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 			}
 		}
 	}
+	gate, err := pe.World().Split(0, 1, n)
+	if err != nil {
+		return nil, fmt.Errorf("ring: NewComm: %w", err)
+	}
 	r, err := newRingBell(pe, lanes, Safe, InlineMax, true)
 	if err != nil {
+		if derr := gate.Destroy(); derr != nil {
+			return nil, fmt.Errorf("ring: NewComm: %w (and destroying its team: %v)", err, derr)
+		}
 		return nil, fmt.Errorf("ring: NewComm: %w", err)
 	}
 	rdv, err := shmem.Malloc[uint64](pe, rdvSlots)
@@ -136,7 +143,7 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 		}
 		return nil, fmt.Errorf("ring: NewComm: %w", err)
 	}
-	e := &engine{pe: pe, me: me, npes: n, r: r, bell: r.bell, bellWord: r.bellWord, rdv: rdv, rdvLocal: rdv.Local(),
+	e := &engine{pe: pe, me: me, npes: n, gate: gate, r: r, bell: r.bell, bellWord: r.bellWord, rdv: rdv, rdvLocal: rdv.Local(),
 		spin: !info.Oversubscribed, eagerMax: frag, cap: queueCap,
 		comms: map[uint32]*Comm{}, lanes: make([]inLane, n), rdvIn: map[rdvKey]*entry{},
 		batch: make([]Message, 0, 64)}
@@ -154,16 +161,46 @@ func (e *engine) close() error {
 	if ferr := shmem.Free(e.rdv); err == nil && ferr != nil {
 		err = fmt.Errorf("ring: Comm Close on PE %d: %w", e.me, ferr)
 	}
+	if derr := e.gate.Destroy(); err == nil && derr != nil {
+		err = fmt.Errorf("ring: Comm Close on PE %d: %w", e.me, derr)
+	}
 	return err
 }
 
-// unlock releases mu, first waking this PE's sleepers if a request of
-// another goroutine completed meanwhile.
+// enter holds the gate: until exit, Finalize does not unmap this PE's
+// memory, which the engine reads and writes directly (the doorbell,
+// the state words, the lanes' slots). It fails once the PE is finalized
+// or broken, or the Comm closed. The engine never waits while it holds
+// the gate (shmem's waits are safe by themselves).
+func (e *engine) enter() error {
+	if e.closed.Load() {
+		return e.closedErr()
+	}
+	if err := e.gate.BeginCollective(); err != nil {
+		return fmt.Errorf("ring: Comm on PE %d: %w", e.me, err)
+	}
+	return nil
+}
+
+func (e *engine) exit() { e.gate.EndCollective() }
+
+// lock enters the gate and takes mu.
+func (e *engine) lock() error {
+	if err := e.enter(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	return nil
+}
+
+// unlock releases mu and the gate, first waking this PE's sleepers if a
+// request of another goroutine completed meanwhile.
 func (e *engine) unlock() {
 	k := e.kick
 	e.kick = false
 	e.cur = nil
 	e.mu.Unlock()
+	e.exit()
 	if k {
 		e.kickSelf()
 	}
@@ -173,9 +210,10 @@ func (e *engine) unlock() {
 // again.
 func (e *engine) kickSelf() { _ = shmem.AtomicAdd(e.bell, 0, 1, e.me) }
 
-// ringBell rings world PE p's doorbell without waiting. Under mu.
+// ringBell rings world PE p's doorbell without waiting (AtomicAdd asks
+// for no reply).
 func (e *engine) ringBell(p int) error {
-	return shmem.AtomicFetchAddNBI(&e.bellOld, e.bell, 0, 1, p)
+	return shmem.AtomicAdd(e.bell, 0, 1, p)
 }
 
 func (e *engine) finish(q *request, st Status, err error) {
@@ -198,8 +236,15 @@ func (w *waiter) wait(ctx context.Context, e *engine, seen uint64) error {
 	if e.closed.Load() {
 		return e.closedErr()
 	}
-	if e.spin && spinUntilNE(e.bellWord, seen) {
-		return nil
+	if e.spin {
+		if err := e.enter(); err != nil {
+			return err
+		}
+		moved := spinUntilNE(e.bellWord, seen)
+		e.exit()
+		if moved {
+			return nil
+		}
 	}
 	if w.stop == nil && ctx.Done() != nil {
 		w.stop = context.AfterFunc(ctx, e.kickSelf)
@@ -635,8 +680,10 @@ func (e *engine) recv(ctx context.Context, c *Comm, q *request) (Status, error) 
 	var w waiter
 	defer w.done()
 	for {
+		if err := e.lock(); err != nil {
+			return Status{}, ctxErr(what, err)
+		}
 		seen := atomic.LoadUint64(e.bellWord)
-		e.mu.Lock()
 		e.cur = q
 		err := e.progress()
 		if err == nil && !q.done && !q.posted && q.ent == nil {
@@ -667,7 +714,9 @@ func (e *engine) recv(ctx context.Context, c *Comm, q *request) (Status, error) 
 		}
 		e.unlock()
 		if err := w.wait(ctx, e, seen); err != nil {
-			e.mu.Lock()
+			if lerr := e.lock(); lerr != nil {
+				return Status{}, ctxErr(what, err)
+			}
 			if q.done { // completed meanwhile: it counts
 				e.unlock()
 				return q.st, q.err
@@ -710,6 +759,10 @@ func (e *engine) trySend(c *Comm, to, tag int, kind uint8, data []byte) (bool, e
 	}
 	var h [hdrEager]byte
 	putEager(h[:], kind, c.id, tag)
+	if err := e.enter(); err != nil {
+		return false, err
+	}
+	defer e.exit()
 	_, sent, err := e.r.outTo[dst].sendv(e.r, h[:], data, false)
 	return sent, err
 }
@@ -717,7 +770,9 @@ func (e *engine) trySend(c *Comm, to, tag int, kind uint8, data []byte) (bool, e
 // sendSelf delivers a message to this PE: to a posted receive, or into
 // the queue (within its cap).
 func (e *engine) sendSelf(c *Comm, tag int, kind uint8, data []byte) error {
-	e.mu.Lock()
+	if err := e.lock(); err != nil {
+		return err
+	}
 	ent := &entry{src: c.me, wsrc: e.me, tag: tag, kind: kind, bytes: len(data), data: data}
 	done, err := c.offer(ent)
 	if err == nil && !done {
@@ -735,18 +790,24 @@ func (e *engine) sendSelf(c *Comm, tag int, kind uint8, data []byte) error {
 	return err
 }
 
-// sendLane sends hdr+data on the lane to world PE dst, waiting (ctx
+// sendOn sends hdr+data on the lane to world PE dst, waiting (ctx
 // bounded) for room, and taking this PE's own messages meanwhile so that
 // two PEs that fill each other's lanes do not wait for each other.
 func (e *engine) sendOn(ctx context.Context, w *waiter, dst int, hdr, data []byte) error {
 	l := e.r.outTo[dst]
 	for {
+		if err := e.enter(); err != nil {
+			return err
+		}
 		seen := atomic.LoadUint64(e.bellWord)
 		_, sent, err := l.sendv(e.r, hdr, data, false)
+		e.exit()
 		if err != nil || sent {
 			return err
 		}
-		e.mu.Lock()
+		if err := e.lock(); err != nil {
+			return err
+		}
 		err = e.progress()
 		e.unlock()
 		if err != nil {
@@ -773,14 +834,16 @@ func (e *engine) sendEager(ctx context.Context, c *Comm, dst, tag int, kind uint
 // is in use.
 func (e *engine) takeSlot(ctx context.Context, w *waiter) (uint32, uint32, error) {
 	for {
+		if err := e.lock(); err != nil {
+			return 0, 0, err
+		}
 		seen := atomic.LoadUint64(e.bellWord)
-		e.mu.Lock()
 		if n := len(e.slotFree); n > 0 {
 			s := e.slotFree[n-1]
 			e.slotFree = e.slotFree[:n-1]
 			e.slotGen[s]++
 			g := e.slotGen[s]
-			e.mu.Unlock()
+			e.unlock()
 			return s, g, nil
 		}
 		err := e.progress()
@@ -795,7 +858,9 @@ func (e *engine) takeSlot(ctx context.Context, w *waiter) (uint32, uint32, error
 }
 
 func (e *engine) releaseSlot(s uint32) {
-	e.mu.Lock()
+	if e.lock() != nil {
+		return // finalized: nothing uses the slot again
+	}
 	e.slotFree = append(e.slotFree, s)
 	e.kick = true
 	e.unlock()
@@ -828,16 +893,21 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 	l := e.r.outTo[dst]
 	ep, off := uint32(0), 0
 	for {
+		// One look at the state word, and what it asks for, holding the
+		// gate (the word is read in place).
+		if err := e.enter(); err != nil {
+			return ctxErr("Send", err)
+		}
 		seen := atomic.LoadUint64(e.bellWord)
 		v := atomic.LoadUint64(word)
 		g, epoch, st := rdvSplit(v)
-		if g != gen {
-			return fmt.Errorf("ring: Send on PE %d: rendezvous slot %d has generation %d, want %d: %w", e.me, slot, g, gen, shmem.ErrProtocol)
+		if g != gen || (st != rdvPending && st != rdvMatched) {
+			e.exit()
+			return fmt.Errorf("ring: Send on PE %d: rendezvous slot %d holds generation %d state %d, want generation %d pending or matched: %w",
+				e.me, slot, g, st, gen, shmem.ErrProtocol)
 		}
 		moved := false
-		switch st {
-		case rdvPending:
-		case rdvMatched:
+		if st == rdvMatched {
 			if epoch != ep {
 				ep, off = epoch, 0
 			}
@@ -846,6 +916,7 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 				putLong(h[:], msgFrag, kind, c.id, 0, slot, uint64(off), gen, ep)
 				_, sent, err := l.sendv(e.r, h[:], data[off:off+n], false)
 				if err != nil {
+					e.exit()
 					return ctxErr("Send", err)
 				}
 				if !sent {
@@ -856,6 +927,7 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 			}
 			if off == len(data) {
 				old, err := shmem.AtomicCompareSwap(e.rdv, int(slot), v, rdvWord(gen, ep, rdvDone), e.me)
+				e.exit()
 				if err != nil {
 					return ctxErr("Send", err)
 				}
@@ -864,17 +936,17 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 				}
 				continue // given back meanwhile: look again
 			}
-		default:
-			return fmt.Errorf("ring: Send on PE %d: rendezvous slot %d in state %d: %w", e.me, slot, st, shmem.ErrProtocol)
 		}
+		e.exit()
 		if moved && ctx.Err() == nil {
 			continue
 		}
 		werr := ctx.Err()
 		if werr == nil {
-			e.mu.Lock()
-			werr = e.progress()
-			e.unlock()
+			if werr = e.lock(); werr == nil {
+				werr = e.progress()
+				e.unlock()
+			}
 		}
 		if werr == nil {
 			if werr = w.wait(ctx, e, seen); werr == nil {

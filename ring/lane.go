@@ -29,10 +29,6 @@ type sendLane struct {
 	next  uint64 // sequence number of the next message; starts at 1
 	acked uint64 // last value read from ackWord (Safe mode)
 	stage []byte // the slot image being built: one slot, reused by every Send
-	// bellOld receives the doorbell's old value from the non-blocking
-	// add (never read: the add is non-blocking so that over TCP it costs
-	// no round trip).
-	bellOld uint64
 }
 
 // slot is the handle on slot k in To's heap.
@@ -86,7 +82,9 @@ func (l *sendLane) sendv(r *Ring, hdr, data []byte, wait bool) (seq uint64, sent
 		return 0, false, fmt.Errorf("ring: Send of message %d on lane %d→%d: %w", seq, l.lane.From, l.lane.To, err)
 	}
 	if l.ringBell {
-		if err := shmem.AtomicFetchAddNBI(&l.bellOld, l.bell, 0, 1, l.lane.To); err != nil {
+		// AtomicAdd asks for no reply: over TCP it travels in order on
+		// the link without a round trip.
+		if err := shmem.AtomicAdd(l.bell, 0, 1, l.lane.To); err != nil {
 			return 0, false, fmt.Errorf("ring: Send of message %d on lane %d→%d: doorbell: %w", seq, l.lane.From, l.lane.To, err)
 		}
 	}
@@ -133,7 +131,6 @@ type recvLane struct {
 	next   uint64 // the next expected sequence number
 	given  uint64 // highest sequence number handed to the user or skipped
 	acked  uint64 // highest sequence number acknowledged
-	ackOld uint64 // receives the ack word's old value from Ack's non-blocking add (never read)
 	broken error  // set once a Safe lane was found lapped: every later poll fails
 }
 

@@ -331,9 +331,11 @@ func (r *Ring) Ack(from int, seq uint64) error {
 	if seq <= l.acked {
 		return nil
 	}
-	// Non-blocking: over TCP the add travels in order on the link
-	// without a round trip; over shared memory it is done on return.
-	if err := shmem.AtomicFetchAddNBI(&l.ackOld, l.ack, 0, seq-l.acked, from); err != nil {
+	// AtomicAdd asks for no reply: over TCP the add travels in order on
+	// the link without a round trip; over shared memory it is done on
+	// return. (A fetching NBI add would need a destination word that
+	// replies from several links write at once.)
+	if err := shmem.AtomicAdd(l.ack, 0, seq-l.acked, from); err != nil {
 		return fmt.Errorf("ring: Ack of message %d on lane %d→%d: %w", seq, l.lane.From, l.lane.To, err)
 	}
 	l.acked = seq
