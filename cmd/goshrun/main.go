@@ -5,6 +5,7 @@
 //
 //	goshrun -n N [--tag-output] [--timeout DURATION] [--host-list a,b,...]
 //	        [--env K=V]... [--grace DURATION] PROGRAM [args...]
+//	goshrun --hosts h1:2,h2:2 [--rsh CMD] [flags] PROGRAM [args...]
 //
 // PROGRAM is a binary (a path, or a command name looked up in PATH) or a
 // Go package — a directory such as ./examples/pi, a pattern, a .go file
@@ -22,9 +23,16 @@
 //	--env K=V           add K=V to every PE's environment (repeatable)
 //	--grace D           time between SIGTERM and SIGKILL (default 2s; 0s:
 //	                    SIGKILL right after SIGTERM)
-//	--rendezvous ADDR   where the boot server listens (default 127.0.0.1:0);
+//	--rendezvous ADDR   where the boot server listens (default 127.0.0.1:0;
+//	                    with --hosts, this machine's address and port 0);
 //	                    PEs on other hosts need an address they can reach,
 //	                    and it must be a specific address, not a wildcard
+//	--hosts h1:2,h2:2   run across hosts: COUNT PEs on each (-n may be left
+//	                    out); goshrun runs the rendezvous and starts, through
+//	                    the remote shell, a goshrun on each host that starts
+//	                    that host's PEs
+//	--rsh CMD           with --hosts, the remote shell (default ssh): CMD
+//	                    HOST goshrun ... is run for each host
 //
 // # Environment contract
 //
@@ -104,6 +112,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		grace    time.Duration
 		env      envFlag
 		rdv      string
+		hostsArg string
+		rsh      string
+		agentJob string
+		first    int
+		size     int
 	)
 	fs.IntVar(&n, "n", 0, "number of PEs")
 	fs.IntVar(&n, "np", 0, "same as -n")
@@ -112,7 +125,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&hostList, "host-list", "", "comma-separated host identities (GOSHMEM_HOST), N or a divisor of N")
 	fs.DurationVar(&grace, "grace", launch.DefaultGrace, "time between SIGTERM and SIGKILL")
 	fs.Var(&env, "env", "K=V added to every PE's environment (repeatable)")
-	fs.StringVar(&rdv, "rendezvous", "127.0.0.1:0", "address the launcher's rendezvous listens on (PEs on other hosts must reach it)")
+	fs.StringVar(&rdv, "rendezvous", "", "address the launcher's rendezvous listens on (default 127.0.0.1:0; with --hosts this machine's address); PEs on other hosts must reach it")
+	fs.StringVar(&hostsArg, "hosts", "", "run across hosts: NAME:COUNT,... (the counts add up to -n, which may then be left out)")
+	fs.StringVar(&rsh, "rsh", "ssh", "with --hosts: the remote shell command that runs goshrun on each host (the host name is appended)")
+	fs.StringVar(&agentJob, launch.AgentFlag, "", "internal: run one host's PEs of a job across hosts (the key comes on standard input)")
+	fs.IntVar(&first, launch.AgentFirstArg, 0, "internal: with --"+launch.AgentFlag+", this host's first rank")
+	fs.IntVar(&size, launch.AgentSizeArg, 0, "internal: with --"+launch.AgentFlag+", the job's size")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: goshrun -n N [flags] PROGRAM [args...]\n\nPROGRAM is a binary or a Go package (built first).\n\nflags:\n")
 		fs.PrintDefaults()
@@ -130,6 +148,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() == 0 {
 		return usage("no PROGRAM")
+	}
+	var remote []launch.Host
+	if hostsArg != "" {
+		hs, err := launch.ParseHosts(hostsArg)
+		if err != nil {
+			return usage("--hosts: %v", err)
+		}
+		total := 0
+		for _, h := range hs {
+			total += h.N
+		}
+		if n == 0 {
+			n = total
+		}
+		if n != total {
+			return usage("-n %d, but --hosts adds up to %d PEs", n, total)
+		}
+		if hostList != "" {
+			return usage("--hosts and --host-list do not go together")
+		}
+		remote = hs
 	}
 	if n < 1 {
 		return usage("-n must be at least 1")
@@ -149,6 +188,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
+	var join *launch.Join
+	if agentJob != "" {
+		key, lost, err := launch.ReadAgentKey(os.Stdin)
+		if err != nil {
+			fmt.Fprintf(stderr, "goshrun: %v\n", err)
+			return 1
+		}
+		join = &launch.Join{First: first, Size: size, JobID: agentJob, Key: key, Rendezvous: rdv, Lost: lost}
+	}
 	job := &launch.Job{
 		N:         n,
 		Program:   fs.Arg(0),
@@ -162,6 +210,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Signals:   sigs,
 		Grace:     grace,
 		Listen:    rdv,
+		Remote:    remote,
+		Rsh:       strings.Fields(rsh),
+		Join:      join,
 	}
 	code, err := job.Run(context.Background())
 	if err != nil {

@@ -287,7 +287,7 @@ func (j *Job) serve(listen []string, wildcard bool) (string, error) {
 	if _, ok := cutUnix(listen[0]); ok {
 		addr = listen[0]
 	} else if wildcard {
-		ip, err := nodeIP()
+		ip, err := NodeIP()
 		if err != nil {
 			ln.Close()
 			return "", err
@@ -308,10 +308,10 @@ func cutUnix(a string) (string, bool) {
 	return "", false
 }
 
-// nodeIP is an address of this node that others can reach: the first
+// NodeIP is an address of this node that others can reach: the first
 // non-loopback address the host name resolves to, else the first
 // global unicast address of an interface that is up.
-func nodeIP() (string, error) {
+func NodeIP() (string, error) {
 	if name, err := os.Hostname(); err == nil {
 		if ips, err := net.LookupIP(name); err == nil {
 			for _, ip := range ips {

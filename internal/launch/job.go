@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/internal/boot"
+	"github.com/goshmem/goshmem/internal/engine"
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
@@ -68,9 +70,36 @@ type Job struct {
 	// means none: SIGKILL follows the SIGTERM at once.
 	Grace time.Duration
 	// Listen is the address the boot server listens on; "" means
-	// 127.0.0.1:0. PEs on other hosts (or in other network namespaces)
-	// need an address they can reach.
+	// 127.0.0.1:0 (with Remote: this machine's address, port 0). PEs on
+	// other hosts (or in other network namespaces) need an address they
+	// can reach.
 	Listen string
+
+	// Remote, if set, runs the job across hosts (hosts.go): N is the sum
+	// of the counts, and for each host Rsh starts Self there as an
+	// agent (Join) that starts that host's PEs.
+	Remote []Host
+	// Rsh is the remote shell command, host name appended (default ssh).
+	Rsh []string
+	// Self is the goshrun binary to run on every host (default this
+	// process's executable); it must exist at that path there.
+	Self string
+
+	// Join makes Run an agent: it starts N PEs with ranks Join.First ..
+	// of a job Join.Size PEs whose boot server runs elsewhere (it runs
+	// none), and ends them when Join.Lost is closed.
+	Join *Join
+}
+
+// Join is what an agent needs to start its host's PEs of a job.
+type Join struct {
+	First, Size int
+	JobID       string
+	Key         []byte
+	Rendezvous  string
+	// Lost is closed when the agent's connection to the launcher that
+	// started it is lost: the agent then ends its PEs.
+	Lost <-chan struct{}
 }
 
 // Run builds the program if needed, starts a boot server on j.Listen,
@@ -121,9 +150,24 @@ func (j *Job) Run(ctx context.Context) (exitCode int, err error) {
 	}
 	defer cleanup()
 
+	if j.Join != nil {
+		env := j.environ(j.Join.JobID, j.Join.Key, j.Join.Rendezvous)
+		if err := r.start(bin, env); err != nil {
+			return CodeFailure, err
+		}
+		return r.wait(ctx)
+	}
+
 	listen := j.Listen
 	if listen == "" {
 		listen = "127.0.0.1:0"
+		if len(j.Remote) > 0 {
+			ip, err := engine.NodeIP()
+			if err != nil {
+				return CodeFailure, fmt.Errorf("launch: --hosts needs a rendezvous address the other hosts reach (set --rendezvous): %w", err)
+			}
+			listen = net.JoinHostPort(ip, "0")
+		}
 	}
 	if h, _, err := net.SplitHostPort(listen); err != nil || h == "" || net.ParseIP(h).IsUnspecified() {
 		// PEs dial the address the listener reports: a wildcard would
@@ -143,6 +187,17 @@ func (j *Job) Run(ctx context.Context) (exitCode int, err error) {
 		<-serveErr
 	}()
 
+	if len(j.Remote) > 0 {
+		defer func() {
+			for _, w := range r.agentKeys {
+				w.Close() // the agents end what is left of theirs
+			}
+		}()
+		if err := r.startHosts(bin, jobID, key, ln.Addr().String()); err != nil {
+			return CodeFailure, err
+		}
+		return r.wait(ctx)
+	}
 	env := j.environ(jobID, key, ln.Addr().String())
 	if err := r.start(bin, env); err != nil {
 		return CodeFailure, err
@@ -151,7 +206,14 @@ func (j *Job) Run(ctx context.Context) (exitCode int, err error) {
 }
 
 func (j *Job) validate() error {
+	if len(j.Remote) > 0 {
+		if err := j.validateRemote(); err != nil {
+			return err
+		}
+	}
 	switch {
+	case j.Join != nil && (j.Join.First < 0 || j.Join.First+j.N > j.Join.Size || len(j.Join.Key) == 0 || j.Join.JobID == "" || j.Join.Rendezvous == ""):
+		return fmt.Errorf("launch: agent of PEs %d..%d in a job of %d: %w", j.Join.First, j.Join.First+j.N-1, j.Join.Size, errs.Invalid)
 	case j.N < 1:
 		return fmt.Errorf("launch: %d PEs: %w", j.N, errs.Invalid)
 	case j.Program == "":
@@ -178,15 +240,25 @@ func (j *Job) environ(jobID string, key []byte, rendezvous string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		switch k, _, _ := strings.Cut(kv, "="); k {
+		case boot.EnvHost:
+			// An agent keeps its host's GOSHMEM_HOST: the remote shell
+			// set it for that host, not a job for its own PEs.
+			if j.Join != nil {
+				env = append(env, kv)
+			}
 		case boot.EnvRank, boot.EnvSize, boot.EnvJobID, boot.EnvKey,
-			boot.EnvRendezvous, boot.EnvLauncher, boot.EnvHost, boot.EnvMachinePEs:
+			boot.EnvRendezvous, boot.EnvLauncher, boot.EnvMachinePEs:
 		default:
 			env = append(env, kv)
 		}
 	}
 	env = append(env, j.Env...)
+	size := j.N
+	if j.Join != nil {
+		size = j.Join.Size
+	}
 	return append(env,
-		boot.EnvSize+"="+strconv.Itoa(j.N),
+		boot.EnvSize+"="+strconv.Itoa(size),
 		boot.EnvJobID+"="+jobID,
 		boot.EnvKey+"="+hex.EncodeToString(key),
 		boot.EnvRendezvous+"="+rendezvous,
@@ -203,13 +275,18 @@ type runner struct {
 	logf  func(format string, args ...any)
 	srv   *boot.Server
 
-	pes   []*pe
-	exits chan exitReport // one report per started PE; buffered for all
+	agentKeys []io.WriteCloser // Remote: each agent's standard input, open for the job
+	pes       []*pe            // one per process: a PE, or (Remote) a host's agent
+	byRank    []*pe            // the process that runs each rank
+	exits     chan exitReport  // one report per started process; buffered for all
 }
 
-// pe is one PE process.
+// pe is one PE process, or (Remote) the agent process of a host, which
+// runs ranks rank .. rank+count-1.
 type pe struct {
 	rank    int
+	count   int    // ranks it runs (1 for a PE)
+	label   string // how messages name it: "PE 3", "host h2 (PEs 2-3)"
 	cmd     *exec.Cmd
 	flush   []*lineWriter // tagged output to flush when the process ends
 	exited  bool          // reaped; its pid may be reused, so no more signals
@@ -219,14 +296,18 @@ type pe struct {
 	joined  bool          // it joined the boot server at least once
 }
 
+// settleWait is how long the first failed exit waits for others before
+// the launcher names the one that came first.
+const settleWait = 100 * time.Millisecond
+
 type exitHeld struct {
-	rank int
+	idx  int // in runner.pes
 	how  string
 	code int
 }
 
 type exitReport struct {
-	rank  int
+	idx   int // in runner.pes
 	state *os.ProcessState
 }
 
@@ -236,41 +317,63 @@ func (r *runner) start(bin string, env []string) error {
 	j := r.job
 	r.exits = make(chan exitReport, j.N)
 	cmds := make([]*exec.Cmd, j.N)
-	for rank := range j.N {
+	first := 0
+	if j.Join != nil {
+		first = j.Join.First
+	}
+	for i := range j.N {
+		rank := first + i
 		cmd := exec.Command(bin, j.Args...)
 		cmd.Env = append(env[:len(env):len(env)], boot.EnvRank+"="+strconv.Itoa(rank))
 		if j.Hosts != nil {
-			cmd.Env = append(cmd.Env, boot.EnvHost+"="+j.Hosts[rank])
+			cmd.Env = append(cmd.Env, boot.EnvHost+"="+j.Hosts[i])
 		}
 		// A PE that exits while something it started still holds its
 		// output pipes does not stall the job for more than a grace.
 		cmd.WaitDelay = max(r.grace, 200*time.Millisecond)
-		p := &pe{rank: rank, cmd: cmd}
+		p := &pe{rank: rank, count: 1, label: "PE " + strconv.Itoa(rank), cmd: cmd}
 		cmd.Stdout = r.stream(p, r.out.stdout, rank)
 		cmd.Stderr = r.stream(p, r.out.stderr, rank)
-		cmds[rank] = cmd
+		cmds[i] = cmd
 		r.pes = append(r.pes, p)
 	}
+	return r.launch(cmds)
+}
+
+// launch starts the processes of r.pes (cmds in the same order) and a
+// goroutine per process that reaps it. If one cannot start, the started
+// ones are killed and reaped.
+func (r *runner) launch(cmds []*exec.Cmd) error {
+	r.byRank = nil
+	for _, p := range r.pes {
+		for range p.count {
+			r.byRank = append(r.byRank, p)
+		}
+	}
+	if r.exits == nil || cap(r.exits) < len(cmds) {
+		r.exits = make(chan exitReport, len(cmds))
+	}
 	n, err := startAll(cmds)
-	for _, p := range r.pes[:n] {
+	for i, p := range r.pes[:n] {
 		go func() {
 			p.cmd.Wait()
 			for _, lw := range p.flush {
 				lw.Flush()
 			}
-			r.exits <- exitReport{rank: p.rank, state: p.cmd.ProcessState}
+			r.exits <- exitReport{idx: i, state: p.cmd.ProcessState}
 		}()
 	}
 	if err == nil {
 		return nil
 	}
+	failed := r.pes[n].label
 	r.pes = r.pes[:n]
 	r.signalAll(syscall.SIGKILL, -1)
 	for range n {
 		<-r.exits
 	}
 	r.killGroups()
-	return fmt.Errorf("launch: starting PE %d of %d: %w", n, j.N, err)
+	return fmt.Errorf("launch: starting %s (%d of %d processes): %w", failed, n+1, len(cmds), err)
 }
 
 // stream returns the writer for one of a PE's output streams.
@@ -290,7 +393,7 @@ func (r *runner) stream(p *pe, w io.Writer, rank int) io.Writer {
 // except rank skip and spared PEs (for SIGTERM).
 func (r *runner) signalAll(sig syscall.Signal, skip int) {
 	for _, p := range r.pes {
-		if p.exited || p.rank == skip || (sig == syscall.SIGTERM && p.spared) {
+		if p.exited || (skip >= p.rank && skip < p.rank+p.count) || (sig == syscall.SIGTERM && p.spared) {
 			continue
 		}
 		signalGroup(p.cmd.Process.Pid, sig)
@@ -310,7 +413,8 @@ func (r *runner) killGroups() {
 func (r *runner) wait(ctx context.Context) (int, error) {
 	var (
 		remaining = len(r.pes)
-		events    = r.srv.Events()
+		events    <-chan boot.Event // nil for an agent: the boot server runs elsewhere
+		parentC   <-chan struct{}
 		ending    bool // the outcome is decided; PEs are being ended
 		code      int
 		runErr    error
@@ -326,13 +430,26 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 		// wait for it in the bootstrap: the job cannot complete.
 		nojoin = -1
 		joined bool // some PE joined
-		// held are non-zero exits set aside because another PE's boot
-		// connection had already dropped: that PE most likely died
-		// first and these only noticed (a survivor that exits 7 on
-		// ErrPeerLost must not be blamed for a kill -9 of its peer).
-		// They are reported after the lost PE's status, or at lostC.
-		held []exitHeld
+		// held are failed exits not yet judged. The first failure seen
+		// is often a survivor that only noticed a peer's death (exits 7
+		// on ErrPeerLost, or its host's agent does) and was reaped
+		// first. So failures are held for settleWait, and for as long
+		// as a process whose boot connection dropped earlier still runs
+		// (at most until lostC); then judge names the likeliest first
+		// failure: a death by signal, else the earliest dropped boot
+		// connection (a dead PE's drops at its death, a survivor's only
+		// when it exits).
+		held    []exitHeld
+		settleC <-chan time.Time
+		settled bool
+		lostSeq = map[*pe]int{} // the order in which processes' boot connections dropped
 	)
+	if r.srv != nil {
+		events = r.srv.Events()
+	}
+	if r.job.Join != nil {
+		parentC = r.job.Join.Lost
+	}
 	after := func(d time.Duration) <-chan time.Time {
 		t := time.NewTimer(d)
 		timers = append(timers, t)
@@ -357,15 +474,66 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 		r.signalAll(syscall.SIGTERM, skip)
 		graceC = after(r.grace)
 		for _, h := range held {
-			r.logf("PE %d %s", h.rank, h.how)
+			r.logf("%s %s", r.pes[h.idx].label, h.how)
 		}
-		held = nil
+		held, settleC = nil, nil
 	}
-	onEvent := func(ev boot.Event) {
-		if ending || ev.Rank < 0 || ev.Rank >= len(r.pes) {
+	seqOf := func(p *pe) int {
+		if n, ok := lostSeq[p]; ok {
+			return n
+		}
+		return math.MaxInt
+	}
+	// judge ends the job with the held failure that came first, once the
+	// settle window has passed and no process whose connection dropped
+	// before theirs still runs (force: lostC passed, judge now).
+	judge := func(force bool) {
+		if ending || len(held) == 0 || (!settled && !force) {
 			return
 		}
-		p := r.pes[ev.Rank]
+		// A death by a signal (not the SIGTERM the launcher sends) is
+		// taken before an exit status, which a program picks when it
+		// sees an error such as ErrPeerLost; then the order in which
+		// the processes' boot connections dropped; then arrival.
+		rank := func(h exitHeld) (int, int) {
+			sig := 1
+			if h.code > codeSignalBase && h.code != codeSignalBase+int(syscall.SIGTERM) {
+				sig = 0
+			}
+			return sig, seqOf(r.pes[h.idx])
+		}
+		best := 0
+		for i, h := range held {
+			s1, q1 := rank(h)
+			s0, q0 := rank(held[best])
+			if s1 < s0 || s1 == s0 && q1 < q0 {
+				best = i
+			}
+		}
+		if !force {
+			for q, n := range lostSeq {
+				if n < seqOf(r.pes[held[best].idx]) && !q.exited {
+					return // it dropped first: wait for its status
+				}
+			}
+		}
+		h := held[best]
+		held = append(held[:best:best], held[best+1:]...)
+		r.logf("%s %s", r.pes[h.idx].label, h.how)
+		end(h.code, nil, -1)
+	}
+	hold := func(idx int, how string, c int) {
+		held = append(held, exitHeld{idx: idx, how: how, code: c})
+		if settleC == nil && !settled {
+			settleC = after(settleWait)
+		}
+		judge(false)
+	}
+	onEvent := func(ev boot.Event) {
+		if ending || ev.Rank < 0 || ev.Rank >= len(r.byRank) {
+			return
+		}
+		p := r.byRank[ev.Rank]
 		switch ev.Kind {
 		case boot.EventJoined:
 			p.joined, joined = true, true
@@ -381,6 +549,9 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 			end(ev.Code, nil, ev.Rank)
 		case boot.EventLost:
 			p.lostBye = true
+			if _, ok := lostSeq[p]; !ok {
+				lostSeq[p] = len(lostSeq)
+			}
 			if p.exited && !p.failed {
 				// It exited 0 (a failure would have ended the job, or
 				// been held).
@@ -413,7 +584,7 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 			// GlobalExit request precedes the requester's own exit.
 			drainEvents()
 			remaining--
-			p := r.pes[rep.rank]
+			p := r.pes[rep.idx]
 			p.exited = true
 			how, c := describe(rep.state)
 			p.failed = c != 0
@@ -423,24 +594,20 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 				// grace SIGKILL): the first failure seen may only be a
 				// consequence of another, such as a peer's death.
 				if c != 0 && graceC != nil && c != codeSignalBase+int(syscall.SIGTERM) && c != forwarded && !p.spared {
-					r.logf("PE %d %s", rep.rank, how)
+					r.logf("%s %s", p.label, how)
 				}
 				continue
 			}
 			switch {
-			case c != 0 && lostRank >= 0 && lostRank != rep.rank && !r.pes[lostRank].exited:
-				held = append(held, exitHeld{rank: rep.rank, how: how, code: c})
 			case c != 0:
-				r.logf("PE %d %s", rep.rank, how)
-				end(c, nil, -1)
+				hold(rep.idx, how, c)
 			case p.lostBye:
-				r.logf("PE %d exited with status 0 without closing its connection to the launcher", rep.rank)
-				end(CodeFailure, nil, -1)
+				hold(rep.idx, "exited with status 0 without closing its connection to the launcher", CodeFailure)
 			case !p.joined && joined:
-				r.logf("PE %d exited with status 0 without joining the job, which other PEs joined", rep.rank)
+				r.logf("%s exited with status 0 without joining the job, which other PEs joined", p.label)
 				end(CodeFailure, nil, -1)
 			case !p.joined && nojoin < 0:
-				nojoin = rep.rank
+				nojoin = p.rank
 			}
 		case ev, ok := <-events:
 			if !ok {
@@ -448,15 +615,16 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 				continue
 			}
 			onEvent(ev)
+		case <-settleC:
+			settleC, settled = nil, true
+			judge(false)
 		case <-lostC:
 			if len(held) > 0 {
-				// The lost PE is still running: the first held exit
-				// stands, and the loss is reported after it.
-				h := held[0]
-				held = held[1:]
-				r.logf("PE %d %s", h.rank, h.how)
-				r.logf("PE %d lost its connection to the launcher", lostRank)
-				end(h.code, nil, -1)
+				// The lost PE is still running: the held failure that
+				// came first stands, and the loss is reported after it.
+				lr := lostRank
+				judge(true)
+				r.logf("PE %d lost its connection to the launcher", lr)
 				continue
 			}
 			r.logf("PE %d lost its connection to the launcher", lostRank)
@@ -473,6 +641,12 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 			lostC = nil
 			r.signalAll(s, -1)
 			graceC = after(r.grace)
+		case <-parentC:
+			parentC = nil
+			if !ending {
+				r.logf("lost the connection to the launcher that started this host's PEs; ending them")
+				end(CodeFailure, nil, -1)
+			}
 		case <-timeoutC:
 			r.logf("job timed out after %v; killing it", r.job.Timeout)
 			end(CodeTimeout, nil, -1)
@@ -484,6 +658,7 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 			r.signalAll(syscall.SIGKILL, -1)
 		}
 	}
+	judge(true) // every process has ended within the settle window
 	r.killGroups()
 	return code, runErr
 }
