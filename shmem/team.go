@@ -163,25 +163,41 @@ func (t *Team) syncFlat(e uint64) error {
 	n := len(t.members)
 	mine := heap.FlagOff(t.slot, t.me)
 	for s := 1; s < n; s++ {
-		if err := pe.storeWord(t.members[(t.me+s)%n], mine, e); err != nil {
+		if err := pe.storeWord(t.members[flatTo(n, t.me, s)], mine, e); err != nil {
 			return pe.goneErr(err)
 		}
 	}
 	// next is the first member whose flag has not been seen at the epoch:
 	// the condition resumes there rather than rescanning.
 	next := 0
+	flag := func(j int) uint64 { return heap.Load64(pe.mem, heap.FlagOff(t.slot, j)) }
 	cond := func() bool {
-		for ; next < n; next++ {
-			if next != t.me && !syncReached(heap.Load64(pe.mem, heap.FlagOff(t.slot, next)), e) {
-				return false
-			}
-		}
-		return true
+		next = flatWaiting(n, t.me, next, e, flag)
+		return next == n
 	}
 	return pe.await(heap.FlagOff(t.slot, 0), uint64(n)*heap.FlagStride, cond,
 		func() string {
 			return fmt.Sprintf("barrier %d of a %d-PE team (flat: PE %d)", e, n, t.members[min(next, n-1)])
 		})
+}
+
+// The flat barrier's schedule and wait rule, as pure functions, so the
+// explorer (flatsync_explore_test.go) drives the barrier's own.
+
+// flatTo is the member that member me of an n-member team signals s-th
+// (s = 1..n-1) in a flat barrier: its right-hand neighbours in turn.
+func flatTo(n, me, s int) int { return (me + s) % n }
+
+// flatWaiting is the first member j >= from, other than me, whose flag
+// (flag(j), the word only member j stores) does not yet let member me
+// leave barrier e; n when every one does.
+func flatWaiting(n, me, from int, e uint64, flag func(j int) uint64) int {
+	for j := from; j < n; j++ {
+		if j != me && !syncReached(flag(j), e) {
+			return j
+		}
+	}
+	return n
 }
 
 // syncDissemination is a dissemination barrier: in round r the member at
