@@ -128,16 +128,21 @@ func checkRank(who string, rank, size int) error {
 	return nil
 }
 
+// rankSize reads the engine's rank and size variables.
+func (e *Engine) rankSize(v vars, who, rankVar, sizeVar string) (err error) {
+	if e.Rank, err = v.num(who, rankVar); err != nil {
+		return err
+	}
+	if e.Size, err = v.num(who, sizeVar); err != nil {
+		return err
+	}
+	return checkRank(who, e.Rank, e.Size)
+}
+
 func (e *Engine) openMPI(v vars) (err error) {
 	const who = "Open MPI (OMPI_COMM_WORLD_*)"
 	e.Launcher = OpenMPI
-	if e.Rank, err = v.num(who, "OMPI_COMM_WORLD_RANK"); err != nil {
-		return err
-	}
-	if e.Size, err = v.num(who, "OMPI_COMM_WORLD_SIZE"); err != nil {
-		return err
-	}
-	if err := checkRank(who, e.Rank, e.Size); err != nil {
+	if err := e.rankSize(v, who, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"); err != nil {
 		return err
 	}
 	if e.Size == 1 {
@@ -176,13 +181,7 @@ func (e *Engine) pmi(v vars) (err error) {
 		e.PMIPort = v.str("PMI_PORT")
 	}
 	if v.has("PMI_RANK") || v.has("PMI_SIZE") {
-		if e.Rank, err = v.num(who, "PMI_RANK"); err != nil {
-			return err
-		}
-		if e.Size, err = v.num(who, "PMI_SIZE"); err != nil {
-			return err
-		}
-		if err := checkRank(who, e.Rank, e.Size); err != nil {
+		if err := e.rankSize(v, who, "PMI_RANK", "PMI_SIZE"); err != nil {
 			return err
 		}
 	} else {
@@ -230,13 +229,7 @@ func (e *Engine) pmi(v vars) (err error) {
 func (e *Engine) slurm(v vars, full bool) (err error) {
 	const who = "Slurm (SLURM_*)"
 	if full {
-		if e.Rank, err = v.num(who, "SLURM_PROCID"); err != nil {
-			return err
-		}
-		if e.Size, err = v.num(who, "SLURM_NTASKS"); err != nil {
-			return err
-		}
-		if err := checkRank(who, e.Rank, e.Size); err != nil {
+		if err := e.rankSize(v, who, "SLURM_PROCID", "SLURM_NTASKS"); err != nil {
 			return err
 		}
 		if e.Size == 1 {

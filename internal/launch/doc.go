@@ -46,6 +46,15 @@
 // the group when the launcher ends the job; after an uncatchable kill of
 // the launcher they may survive.
 //
+// # Across hosts
+//
+// With Job.Remote, Run starts no PE itself: for each host it runs, through
+// Job.Rsh, goshrun in agent mode (Job.Join), which starts that host's PEs
+// with the job's id, key (sent on the agent's standard input) and
+// rendezvous, supervises them as Run does, and ends them when its input
+// closes (the launching goshrun is gone). Exit codes pass through the
+// agents; the launcher names the host whose agent failed first.
+//
 // # Caveats
 //
 //   - PEs get no standard input.
