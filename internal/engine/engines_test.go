@@ -23,30 +23,6 @@ import (
 
 const enginePEs = 4
 
-type launcher struct {
-	name     string // Info().Launcher the PEs must report
-	label    string
-	cmd      string
-	args     []string // before the program
-	slurm    bool
-	selfKill bool // the engine itself ends every rank when one dies (its own message, not the runtime's)
-}
-
-func launchers() []launcher {
-	n := strconv.Itoa(enginePEs)
-	ompi := []string{"--oversubscribe", "-np", n}
-	if os.Geteuid() == 0 {
-		ompi = append([]string{"--allow-run-as-root"}, ompi...)
-	}
-	return []launcher{
-		{name: OpenMPI, label: "mpirun", cmd: "mpirun.openmpi", args: ompi},
-		{name: Hydra, label: "mpiexec.hydra", cmd: "mpiexec.hydra", args: []string{"-n", n}, selfKill: true},
-		{name: Hydra, label: "mpiexec.hydra-pmi-port", cmd: "mpiexec.hydra", args: []string{"-pmi-port", "-n", n}, selfKill: true},
-		{name: Slurm, label: "srun", cmd: "srun", args: []string{"-n", n, "--overcommit"}, slurm: true},
-		{name: SlurmPMI2, label: "srun-pmi2", cmd: "srun", args: []string{"--mpi=pmi2", "-n", n, "--overcommit"}, slurm: true},
-	}
-}
-
 // buildJob builds the PE program once per test binary run.
 func buildJob(t *testing.T) string {
 	t.Helper()
@@ -58,20 +34,6 @@ func buildJob(t *testing.T) string {
 	return bin
 }
 
-func usable(t *testing.T, l launcher) {
-	t.Helper()
-	if _, err := exec.LookPath(l.cmd); err != nil {
-		t.Skipf("%s is not installed (.ci/run installs openmpi-bin, mpich and Slurm)", l.cmd)
-	}
-	if l.slurm {
-		out, err := exec.Command("sinfo", "-h", "-o", "%T").Output()
-		st := strings.TrimSpace(string(out))
-		if err != nil || st == "" || strings.Contains(st, "down") || strings.Contains(st, "drain") || strings.Contains(st, "not_responding") {
-			t.Skipf("no Slurm controller answers (sinfo: %v %q; .ci/run starts one with .ci/slurm.sh and sets SLURM_CONF)", err, out)
-		}
-	}
-}
-
 func TestEngines(t *testing.T) {
 	if os.Getenv("GOSHMEM_ENGINES") != "1" {
 		t.Skip("set GOSHMEM_ENGINES=1 to run jobs under mpirun, mpiexec.hydra and srun (.ci/run does, after installing them)")
@@ -80,9 +42,11 @@ func TestEngines(t *testing.T) {
 		t.Skip("Linux only")
 	}
 	bin := buildJob(t)
-	for _, l := range launchers() {
-		t.Run(l.label, func(t *testing.T) {
-			usable(t, l)
+	for _, l := range Commands(enginePEs) {
+		t.Run(l.Label, func(t *testing.T) {
+			if err := l.Usable(); err != nil {
+				t.Skip(err)
+			}
 			t.Run("job", func(t *testing.T) { engineJob(t, l, bin, nil) })
 			t.Run("keyfile", func(t *testing.T) {
 				// No GOSHMEM_KEY: every PE reads (one creates) the key file.
@@ -105,10 +69,10 @@ type run struct {
 
 // start runs the engine with the PE program in mode; extra entries
 // override the environment ("K=" with an empty value removes K).
-func start(t *testing.T, l launcher, bin, mode string, extra []string) *run {
+func start(t *testing.T, l Command, bin, mode string, extra []string) *run {
 	t.Helper()
-	args := append(append([]string(nil), l.args...), bin, mode)
-	cmd := exec.Command(l.cmd, args...)
+	args := append(append([]string(nil), l.Args...), bin, mode)
+	cmd := exec.Command(l.Path, args...)
 	env := map[string]string{}
 	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
@@ -230,7 +194,7 @@ func leftovers(pids []int, before map[string]bool) []string {
 
 var okLine = regexp.MustCompile(`^PE (\d+) of (\d+) OK launcher=(\S+) shm=(\d+)$`)
 
-func engineJob(t *testing.T, l launcher, bin string, extra []string) {
+func engineJob(t *testing.T, l Command, bin string, extra []string) {
 	before := goshmemSockets()
 	r := start(t, l, bin, "ok", extra)
 	lines, code := r.wait(t, 60*time.Second)
@@ -243,8 +207,8 @@ func engineJob(t *testing.T, l launcher, bin string, extra []string) {
 		if m == nil {
 			continue
 		}
-		if m[2] != strconv.Itoa(enginePEs) || m[3] != l.name || m[4] != strconv.Itoa(enginePEs) {
-			t.Errorf("%q: want %d PEs, launcher %s, %d sharing memory", s, enginePEs, l.name, enginePEs)
+		if m[2] != strconv.Itoa(enginePEs) || m[3] != l.Launcher || m[4] != strconv.Itoa(enginePEs) {
+			t.Errorf("%q: want %d PEs, launcher %s, %d sharing memory", s, enginePEs, l.Launcher, enginePEs)
 		}
 		seen[m[1]] = true
 	}
@@ -258,7 +222,7 @@ func engineJob(t *testing.T, l launcher, bin string, extra []string) {
 
 var pidLine = regexp.MustCompile(`^PE (\d+) pid (\d+)$`)
 
-func engineKill(t *testing.T, l launcher, bin string) {
+func engineKill(t *testing.T, l Command, bin string) {
 	before := goshmemSockets()
 	r := start(t, l, bin, "kill", nil)
 	pids := map[int]int{}
@@ -294,7 +258,7 @@ func engineKill(t *testing.T, l launcher, bin string) {
 	}
 	_, code := r.wait(t, 30*time.Second)
 	took := time.Since(killed)
-	t.Logf("%s: kill -9 of PE 2 ended the job in %v with status %d", l.label, took.Round(time.Millisecond), code)
+	t.Logf("%s: kill -9 of PE 2 ended the job in %v with status %d", l.Label, took.Round(time.Millisecond), code)
 	if took > 5*time.Second {
 		t.Errorf("the job took %v to end after PE 2 died, want under 5 s", took)
 	}
@@ -302,11 +266,11 @@ func engineKill(t *testing.T, l launcher, bin string) {
 		t.Errorf("the job exited 0 after PE 2 was killed")
 	}
 	stderr := r.stderr.String()
-	if l.selfKill {
+	if l.SelfKill {
 		// Hydra SIGKILLs every other rank itself within milliseconds,
 		// before the runtime can say anything, and exits with the
 		// signal's number; what it prints is its own (often nothing).
-		t.Logf("%s's own report: %q", l.cmd, strings.TrimSpace(stderr))
+		t.Logf("%s's own report: %q", l.Path, strings.TrimSpace(stderr))
 	} else if !strings.Contains(stderr, "PE 2 was lost") {
 		t.Errorf("stderr does not name PE 2:\n%s", stderr)
 	}
@@ -319,19 +283,19 @@ func engineKill(t *testing.T, l launcher, bin string) {
 	}
 }
 
-func engineExit(t *testing.T, l launcher, bin string) {
+func engineExit(t *testing.T, l Command, bin string) {
 	before := goshmemSockets()
 	r := start(t, l, bin, "exit7", nil)
 	_, code := r.wait(t, 30*time.Second)
 	if code != 7 {
-		t.Errorf("GlobalExit(7) made %s exit %d, want 7; stderr:\n%s", l.cmd, code, r.stderr.String())
+		t.Errorf("GlobalExit(7) made %s exit %d, want 7; stderr:\n%s", l.Path, code, r.stderr.String())
 	}
 	if left := leftovers(nil, before); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
 }
 
-func engineWrongKey(t *testing.T, l launcher, bin string) {
+func engineWrongKey(t *testing.T, l Command, bin string) {
 	// PE 2 holds another key; the others wait for it until their
 	// timeout unless the engine ends them first.
 	r := start(t, l, bin, "badkey", []string{"GOSHMEM_TIMEOUT=4s"})
