@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/internal/launch"
+	"github.com/goshmem/goshmem/internal/scenario"
 )
 
 // goshrun --hosts: one goshrun per host through a remote shell. Here the
@@ -79,7 +80,7 @@ func netnsHosts(t *testing.T) hostsEnv {
 type hostsRun struct {
 	cmd    *exec.Cmd
 	lines  chan string
-	stderr *syncBuffer
+	stderr *scenario.Buffer
 	done   chan struct{}
 }
 
@@ -89,7 +90,7 @@ func (h hostsEnv) start(t *testing.T, mode string) *hostsRun {
 		"--rendezvous", h.rendezvous, "--timeout", "2m", "--env", "GOSHMEM_TIMEOUT=30s", h.prog, mode)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	r := &hostsRun{cmd: cmd, lines: make(chan string, 64), stderr: &syncBuffer{}, done: make(chan struct{})}
+	r := &hostsRun{cmd: cmd, lines: make(chan string, 64), stderr: &scenario.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = r.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

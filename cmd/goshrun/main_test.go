@@ -7,12 +7,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/goshmem/goshmem/internal/launch"
+	"github.com/goshmem/goshmem/internal/scenario"
 )
 
 func goshrun(t *testing.T, args ...string) (int, string, string) {
@@ -102,7 +102,7 @@ func TestBuildKilledLeavesNothing(t *testing.T) {
 	}
 	cmd := exec.Command(self, "-n", "1", "../../examples/pi")
 	cmd.Env = append(os.Environ(), "PATH="+fake+":"+os.Getenv("PATH"), "TMPDIR="+tmp)
-	var stderr syncBuffer
+	var stderr scenario.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -131,22 +131,4 @@ func TestBuildKilledLeavesNothing(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
