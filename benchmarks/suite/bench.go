@@ -29,12 +29,15 @@ type B struct {
 
 	src, dst []byte // local Go buffers of cfg.MaxSize() bytes
 
-	pingSeq, rawSeq uint64   // last round trip of the WaitUntil and raw ping-pongs (same on PEs 0 and 1)
-	vecSeq          uint64   // last round trip of the vector-wait ping-pong (extended.go)
-	ext             *extSyms // the objects of extended.go's suites, once one has run
-	tcp             *tcpLink // between PEs 0 and 1, opened by the first TCP limit built
-	tcpErr          error    // why tcp could not be opened
-	linked          bool     // link has run
+	pingSeq, rawSeq uint64       // last round trip of the WaitUntil and raw ping-pongs (same on PEs 0 and 1)
+	vecSeq          uint64       // last round trip of the vector-wait ping-pong (extended.go)
+	ext             *extSyms     // the objects of extended.go's suites, once one has run
+	tcp             *tcpLink     // between PEs 0 and 1, opened by the first TCP limit built
+	tcpErr          error        // why tcp could not be opened
+	linked          bool         // link has run
+	ring            *tcpRingLink // the tcp-ring limit's connections (tcpring.go)
+	ringErr         error
+	ringed          bool // ringLink has run
 
 	progress io.Writer // PE 0: stderr
 	figures  []report.Measurement

@@ -84,9 +84,15 @@ func init() {
 					return err
 				}
 				lim := b.dataLimit(size, report.Latency, false)
-				err = b.figure(figure{suite: c.name, size: size, metric: report.Latency, run: loops.osu, limit: lim})
+				var extra []limit
+				if c.name == "allreduce" && b.remote() {
+					// What the bytes of a bandwidth-optimal AllReduce
+					// cost on plain loopback TCP, all PEs at once.
+					extra = []limit{b.tcpRing(size)}
+				}
+				err = b.figure(figure{suite: c.name, size: size, metric: report.Latency, run: loops.osu, limit: lim, extra: extra})
 				if err == nil {
-					err = b.figure(figure{suite: c.name + "-loop", size: size, metric: report.Latency, run: loops.loop, limit: lim})
+					err = b.figure(figure{suite: c.name + "-loop", size: size, metric: report.Latency, run: loops.loop, limit: lim, extra: extra})
 				}
 				if ferr := free(); err == nil {
 					err = ferr
