@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goshmem/goshmem/shmem"
 )
@@ -27,6 +28,7 @@ type engine struct {
 	spin     bool              // a CPU per PE: spin briefly before sleeping
 	eagerMax int               // the eager limit, and the payload of one frag
 	cap      int               // the unexpected queue's cap, in bytes
+	pubs     []*uint64         // the pub words of the incoming lanes, when at most spinLanes
 	closed   atomic.Bool
 
 	mu       sync.Mutex
@@ -34,6 +36,7 @@ type engine struct {
 	batch    []Message
 	lanes    []inLane // by source world PE
 	queued   int      // bytes charged to the cap
+	capped   bool     // the last progress left a message in its lane because of the cap
 	rdvIn    map[rdvKey]*entry
 	slotFree []uint32
 	slotGen  [rdvSlots]uint32
@@ -147,6 +150,11 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 		spin: !info.Oversubscribed, eagerMax: frag, cap: queueCap,
 		comms: map[uint32]*Comm{}, lanes: make([]inLane, n), rdvIn: map[rdvKey]*entry{},
 		batch: make([]Message, 0, 64)}
+	if len(r.in) <= spinLanes {
+		for _, l := range r.in {
+			e.pubs = append(e.pubs, l.pubWord)
+		}
+	}
 	for s := rdvSlots - 1; s >= 0; s-- {
 		e.slotFree = append(e.slotFree, uint32(s))
 	}
@@ -240,7 +248,7 @@ func (w *waiter) wait(ctx context.Context, e *engine, seen uint64) error {
 		if err := e.enter(); err != nil {
 			return err
 		}
-		moved := spinUntilNE(e.bellWord, seen)
+		moved := e.spinFor(seen)
 		e.exit()
 		if moved {
 			return nil
@@ -264,14 +272,44 @@ func (w *waiter) done() {
 	}
 }
 
-func spinUntilNE(word *uint64, seen uint64) bool {
-	for i := 0; i < recvSpin; i++ {
-		if atomic.LoadUint64(word) != seen {
+// spinFor loads the doorbell for up to about commSpin until it is not seen,
+// and meanwhile the pub words of up to spinLanes incoming lanes: a
+// message is published there one step before its doorbell rings, so a
+// ping-pong sees it one cache-line transfer sooner. It holds the gate.
+func (e *engine) spinFor(seen uint64) bool {
+	var snap [spinLanes]uint64
+	pubs := e.pubs
+	for i, p := range pubs {
+		snap[i] = atomic.LoadUint64(p)
+	}
+	var start time.Time
+	for n := 1; ; n++ {
+		if atomic.LoadUint64(e.bellWord) != seen {
 			return true
 		}
+		for i, p := range pubs {
+			if atomic.LoadUint64(p) != snap[i] {
+				return true
+			}
+		}
+		if n%recvSpin == 0 {
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) > commSpin {
+				return false
+			}
+		}
 	}
-	return false
 }
+
+// commSpin bounds a Comm wait's spin (when the host has a CPU per PE)
+// before it sleeps in shmem.WaitUntil: a partner streaming messages
+// usually answers within a few microseconds, and a futex sleep and wake
+// costs more than that.
+const commSpin = 20 * time.Microsecond
+
+// spinLanes is how many incoming lanes' pub words a spin watches.
+const spinLanes = 8
 
 // ctxErr wraps ctx's error for a call.
 func ctxErr(what string, err error) error {
@@ -289,13 +327,15 @@ func (e *engine) progress() error {
 			first = err
 		}
 	}
+	e.capped = false
 	for src := range e.lanes {
 		l := &e.lanes[src]
-		for len(l.backlog) > 0 {
+		for len(l.backlog) > 0 && !e.enough() {
 			m := l.backlog[0]
 			ok, err := e.handle(src, m)
 			note(err)
 			if !ok {
+				e.capped = true
 				break
 			}
 			l.backlog = l.backlog[1:]
@@ -305,16 +345,23 @@ func (e *engine) progress() error {
 			l.backlog = nil
 		}
 	}
+	if e.enough() {
+		return first
+	}
 	batch, err := e.r.PollAppend(e.batch[:0])
 	for _, m := range batch {
 		l := &e.lanes[m.Origin]
-		if len(l.backlog) > 0 {
+		if len(l.backlog) > 0 || e.enough() {
+			// Behind a held message, or the caller's receive is done:
+			// it stays in its lane (unacknowledged) for the next
+			// receive, which then takes it without the queue's copy.
 			l.backlog = append(l.backlog, m)
 			continue
 		}
 		ok, herr := e.handle(m.Origin, m)
 		note(herr)
 		if !ok {
+			e.capped = true
 			l.backlog = append(l.backlog, m)
 			continue
 		}
@@ -324,6 +371,20 @@ func (e *engine) progress() error {
 	e.batch = batch[:0]
 	note(err)
 	return first
+}
+
+// enough: the goroutine that progresses has what it came for and no other
+// receive waits, so the messages still to take can stay where they are.
+func (e *engine) enough() bool {
+	if e.cur == nil || !e.cur.done {
+		return false
+	}
+	for _, c := range e.comms {
+		if len(c.posted) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // processed records that message seq from src is taken care of and
@@ -663,6 +724,9 @@ func (c *Comm) drop(ent *entry) {
 // stuck reports whether q could be waiting for a message the cap holds
 // back in a lane.
 func (c *Comm) stuck(q *request) bool {
+	if !c.e.capped {
+		return false
+	}
 	for src, l := range c.e.lanes {
 		if len(l.backlog) > 0 && (q.from == AnySource || c.world[q.from] == src) {
 			return true
@@ -685,13 +749,19 @@ func (e *engine) recv(ctx context.Context, c *Comm, q *request) (Status, error) 
 		}
 		seen := atomic.LoadUint64(e.bellWord)
 		e.cur = q
-		err := e.progress()
-		if err == nil && !q.done && !q.posted && q.ent == nil {
+		// Look in the queue, and post the receive if it is not there,
+		// before taking what arrived: an arrival that matches then goes
+		// straight into dst.
+		var err error
+		if !q.done && !q.posted && q.ent == nil {
 			var settled bool
 			if settled, err = c.search(q); err == nil && !settled {
 				q.posted = true
 				c.posted = append(c.posted, q)
 			}
+		}
+		if err == nil {
+			err = e.progress()
 		}
 		if q.done {
 			e.unlock()

@@ -90,6 +90,14 @@ func (c Config) HeapBytes(npes int) int {
 			break
 		}
 	}
+	// A Comm's lanes at the full eager size, and the raw lane figure
+	// comm-latency is held to.
+	for _, name := range c.Suites {
+		if s := Lookup(name); s != nil && s.Group == "comm" {
+			n += commHeapBytes(npes) + ringHeapBytes(c.SizesFor(s))
+			break
+		}
+	}
 	// The collective suites' src and dst, allocated per figure: the
 	// largest is alltoall's, npes blocks of the size each.
 	coll := 0

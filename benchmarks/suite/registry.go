@@ -25,7 +25,7 @@ import (
 // must make the same collective calls on every PE (b.figure does).
 type Suite struct {
 	Name  string // as in -suites and in the records' "suite"
-	Group string // rma, atomics, sync, collectives, ring, limits
+	Group string // rma, atomics, sync, collectives, ring, comm, limits
 	Doc   string // the definition in one line (and the OSU benchmark it mirrors)
 	Sized bool   // runs once per -sizes entry; otherwise once, at its own size
 	// DefaultSizes, for a Sized suite, are the sizes it runs at when the
@@ -59,7 +59,7 @@ func Register(s *Suite) {
 
 // groupOrder is the order in which groups run and are listed; a group
 // not named here comes last.
-var groupOrder = []string{"limits", "rma", "atomics", "sync", "collectives", "ring"}
+var groupOrder = []string{"limits", "rma", "atomics", "sync", "collectives", "ring", "comm"}
 
 func groupRank(g string) int {
 	if i := slices.Index(groupOrder, g); i >= 0 {

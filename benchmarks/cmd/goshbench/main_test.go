@@ -170,6 +170,8 @@ func TestQuickRun(t *testing.T) {
 		for _, size := range []int{8, 4096, 1 << 20} {
 			want = append(want, fmt.Sprintf("ring-latency|%s|2|%d|latency", tr, size), fmt.Sprintf("ring-rate|%s|2|%d|rate", tr, size),
 				fmt.Sprintf("ring-rate-all|%s|2|%d|rate", tr, size), fmt.Sprintf("ring-rate-all|%s|4|%d|rate", tr, size))
+			// The comm suites (ring.Comm), eager and rendezvous.
+			want = append(want, fmt.Sprintf("comm-latency|%s|2|%d|latency", tr, size), fmt.Sprintf("comm-bw|%s|2|%d|bandwidth", tr, size))
 		}
 	}
 	for _, k := range want {
@@ -190,6 +192,12 @@ func TestQuickRun(t *testing.T) {
 			// limit is an extra limit (checked below).
 			if r.LimitName != "putsignal" {
 				t.Errorf("record %s: a ring figure held to %s, want putsignal", r.Key(), r.LimitName)
+			}
+		case strings.HasPrefix(r.Suite, "comm-"):
+			// Held to the layer below in the same run (a raw lane, or
+			// Put); the machine's limit is an extra limit.
+			if want := map[report.Metric]string{report.Latency: "ring", report.Bandwidth: "put"}[r.Metric]; r.LimitName != want {
+				t.Errorf("record %s: a comm figure held to %s, want %s", r.Key(), r.LimitName, want)
 			}
 		case r.Transport == "shm" && isTCP:
 			t.Errorf("record %s: a shm figure held to %s", r.Key(), r.LimitName)
@@ -222,8 +230,8 @@ func TestQuickRun(t *testing.T) {
 		byKey[r.Key()] = r
 	}
 	extraLimits := map[string][]string{
-		"shm latency": {"copy-floor"}, "shm rate": {"copy"},
-		"tcp latency": {"tcp-floor", "tcp-ring"}, "tcp rate": {"tcp-stream-frames"},
+		"shm latency": {"copy-floor"}, "shm rate": {"copy"}, "shm bandwidth": {"copy"},
+		"tcp latency": {"tcp-floor", "tcp-ring"}, "tcp rate": {"tcp-stream-frames"}, "tcp bandwidth": {"tcp-stream"},
 	}
 	extras := map[string]int{}
 	for _, e := range typed.Run.ExtraLimits {
@@ -239,7 +247,8 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	for _, r := range typed.Records {
-		want := strings.HasPrefix(r.Suite, "ring-") || (strings.HasPrefix(r.Suite, "allreduce") && r.Transport == "tcp")
+		want := strings.HasPrefix(r.Suite, "ring-") || strings.HasPrefix(r.Suite, "comm-") ||
+			(strings.HasPrefix(r.Suite, "allreduce") && r.Transport == "tcp")
 		if n := extras[r.Key()]; n != map[bool]int{true: 1}[want] {
 			t.Errorf("record %s has %d extra limits", r.Key(), n)
 		}

@@ -1,0 +1,150 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/goshmem/goshmem/benchmarks/report"
+	"github.com/goshmem/goshmem/ring"
+)
+
+// Tagged two-sided messages (ring.Comm), measured as OSU measures MPI's
+// (osu_latency, osu_bw), each next to a figure of the layer below it
+// measured in the same job:
+//
+//   - comm-latency (PE 0 and PE 1): osu_latency: PE 0 Sends size bytes
+//     with tag 1 and Recvs the echo; PE 1 Recvs and Sends it back.
+//     One-way time = half a round trip. Its limit ("ring") is the raw
+//     ring lane ping-pong of the same size (ring-latency's figure: Safe
+//     lanes 0→1 and 1→0, receivers copying each payload, cumulative
+//     acks), so the ratio says what tags, matching and the Comm's
+//     checks cost on top of a lane. The machine's floor is the extra
+//     limit.
+//   - comm-bw (PE 0 and PE 1): osu_bw: PE 0 Sends a window of size-byte
+//     messages, PE 1 Recvs them, then Sends PE 0 a 4-byte reply, which
+//     PE 0 Recvs before the next window. Bytes moved per second. Its
+//     limit ("put") is put-bw's figure (a window of blocking Puts, then
+//     Quiet): large-message bandwidth should stay near Put's.
+//
+// The Comm is created once per figure (collectively, outside the timed
+// loops) and closed after it. Send and Recv run with
+// context.Background(): a deadline would only add a timer.
+func init() {
+	Register(&Suite{Name: "comm-latency", Group: "comm", Sized: true, DefaultSizes: commSizes, Pair: true, Default: true,
+		Doc: "osu_latency over ring.Comm: ping-pong of size-byte tagged messages, Send + Recv; one-way ns, held to a raw ring lane ping-pong of the same size (ring) and to copy-floor / tcp-floor",
+		Run: func(b *B, size int) error { return b.commFigure(size, report.Latency) }})
+	Register(&Suite{Name: "comm-bw", Group: "comm", Sized: true, DefaultSizes: commSizes, Pair: true, Default: true,
+		Doc: "osu_bw over ring.Comm: windows of size-byte Sends from PE 0 to PE 1, a 4-byte reply after each; bytes per second, held to put-bw's window of Puts (put) and to copy / tcp-stream",
+		Run: func(b *B, size int) error { return b.commFigure(size, report.Bandwidth) }})
+}
+
+// commSizes are the comm suites' sizes when the command line gives none:
+// the (8 B, 64 KiB, 1 MiB) and some between.
+var commSizes = []int{8, 512, 4 << 10, 64 << 10, 1 << 20}
+
+// commHeapBytes is what a Comm between npes PEs takes from each PE's heap
+// for lanes of the full eager size (ring.NewComm lets them take half the
+// heap, so twice that).
+func commHeapBytes(npes int) int {
+	return 2 * (npes - 1) * (ring.EagerCredits + 4) * (ring.EagerMax + 2*ring.InlineMax + 64)
+}
+
+const limRing, limPut = "ring", "put"
+
+func (b *B) commFigure(size int, m report.Metric) error {
+	c, err := ring.NewComm(b.pe.World())
+	if err != nil {
+		return fmt.Errorf("ring.NewComm: %w", err)
+	}
+	f := figure{suite: "comm-bw", size: size, metric: m}
+	var rb *ringBench
+	if m == report.Latency {
+		if rb, err = b.openRing(size, true, false); err != nil {
+			return err
+		}
+		f.suite, f.run = "comm-latency", b.commPingPong(c, size)
+		f.limit = limit{name: limRing, run: rb.ringPingPong}
+		f.extra = []limit{b.messageLimit(size, m, false)}
+	} else {
+		f.run = b.commWindow(c, size, b.cfg.Window)
+		f.limit = limit{name: limPut, run: b.putLoop(size, b.cfg.Window, false)}
+		f.extra = []limit{b.dataLimit(size, m, false)}
+	}
+	if err := b.figure(f); err != nil {
+		return err // partners may be mid-figure: Close would wait for them
+	}
+	if rb != nil {
+		if err := rb.close(); err != nil {
+			return err
+		}
+	}
+	return c.Close()
+}
+
+// commPingPong is n round trips of Send and Recv between PE 0 and PE 1.
+func (b *B) commPingPong(c *ring.Comm, size int) measureFn {
+	return func(n int) (sample, error) {
+		if b.rank > 1 {
+			return sample{}, nil
+		}
+		ctx, peer := context.Background(), 1-b.rank
+		src, dst := b.src[:size], b.dst[:size]
+		start := time.Now()
+		for range n {
+			if b.rank == 0 {
+				if err := ring.Send(ctx, c, peer, 1, src); err != nil {
+					return sample{}, err
+				}
+			}
+			if _, err := ring.Recv(ctx, c, peer, 1, dst); err != nil {
+				return sample{}, err
+			}
+			if b.rank == 1 {
+				if err := ring.Send(ctx, c, peer, 1, dst); err != nil {
+					return sample{}, err
+				}
+			}
+		}
+		return timed(start, 2*n, 2*n*size), nil
+	}
+}
+
+// commWindow is n windows of window Sends from PE 0 to PE 1, each window
+// answered by a 4-byte reply (osu_bw).
+func (b *B) commWindow(c *ring.Comm, size, window int) measureFn {
+	return func(n int) (sample, error) {
+		if b.rank > 1 {
+			return sample{}, nil
+		}
+		ctx := context.Background()
+		src, dst := b.src[:size], b.dst[:size]
+		var reply [4]byte
+		start := time.Now()
+		for range n {
+			if b.rank == 0 {
+				for range window {
+					if err := ring.Send(ctx, c, 1, 2, src); err != nil {
+						return sample{}, err
+					}
+				}
+				if _, err := ring.Recv(ctx, c, 1, 3, reply[:]); err != nil {
+					return sample{}, err
+				}
+			} else {
+				for range window {
+					if _, err := ring.Recv(ctx, c, 0, 2, dst); err != nil {
+						return sample{}, err
+					}
+				}
+				if err := ring.Send(ctx, c, 0, 3, reply[:]); err != nil {
+					return sample{}, err
+				}
+			}
+		}
+		if b.rank == 1 {
+			return sample{}, nil
+		}
+		return timed(start, n*window, n*window*size), nil
+	}
+}
