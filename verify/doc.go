@@ -1,6 +1,8 @@
-// Package verify will hold checks of goshmem's protocols driven by the
-// project's real functions: exhaustive interleavings of ring lanes, the
-// barrier and quiet, chunk partitions of the collectives, and fuzzing of
-// every decoder that reads bytes from the wire or from shared memory.
-// Its first check, the import rules of the layers, is in layers_test.go.
+// Package verify holds the project-wide checks: the import rules of the
+// layers (layers_test.go). Its subpackage explore is the explicit-state
+// explorer that the protocol checks use; those checks live beside the
+// code they drive, as TestExplore* in ring, shmem, netmesh and
+// collective, so that they call the packages' own unexported functions.
+// docs/verification.md lists every property, its bounds, the states
+// explored, the mutants each check catches, and the fuzz targets.
 package verify
