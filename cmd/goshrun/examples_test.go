@@ -11,7 +11,7 @@ import (
 // Every example, run through goshrun as real processes, checks its own
 // answer and exits 0; SHMEM_INFO makes PE 0 print the configuration.
 func TestExamples(t *testing.T) {
-	for _, ex := range []string{"hello", "pi", "ring", "histogram", "heat", "stats"} {
+	for _, ex := range []string{"hello", "pi", "ring", "histogram", "heat", "stats", "pipeline"} {
 		bin, cleanup, err := launch.Build("../../examples/" + ex)
 		if err != nil {
 			t.Fatal(err)
