@@ -301,3 +301,107 @@ func TestTeamContextQuietIsItsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Goroutines of every PE, each with its own context (world contexts and
+// contexts of the reversed team in turn), run a pipeline to the right
+// neighbour at once: a block-strided put of the round's data, a
+// put-with-signal NBI of the round's stamp, their own context's Quiet,
+// and a wait for the neighbour's acknowledgement (SignalUpdate) before
+// the next round. Each receiver checks the whole block pattern of every
+// round, so a context whose Quiet left another's data behind, or a team
+// number taken as a world rank, shows.
+var _ = register("context-pipelines", func(pe *shmem.PE) error {
+	me, np := pe.MyPE(), pe.NPEs()
+	right, left := (me+1)%np, (me-1+np)%np
+	rev, err := pe.World().Split(np-1, -1, np) // team PE j is world PE np-1-j
+	if err != nil {
+		return err
+	}
+	const workers, rounds, block, nblocks, stride = 4, 30, 3, 5, 7
+	const region = (nblocks-1)*stride + block + 1 // + the stamp
+	data, err := shmem.Malloc[int64](pe, workers*region)
+	if err != nil {
+		return err
+	}
+	sigs, err := shmem.Malloc[uint64](pe, 2*workers) // [g]: stamp arrived; [workers+g]: acknowledged
+	if err != nil {
+		return err
+	}
+	val := func(from, g, r, k int) int64 { return int64(from*1_000_000 + g*10_000 + r*100 + k) }
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for g := 0; g < workers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errc <- func() error {
+				c, to, back := (*shmem.Context)(nil), right, left
+				var err error
+				if g%2 == 0 {
+					c, err = pe.NewContext()
+				} else {
+					c, err = rev.NewContext()
+					to, back = np-1-right, np-1-left // the neighbours' numbers in the reversed team
+				}
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				mine := data.Slice(g*region, (g+1)*region)
+				h := mine.Via(c)
+				stamp, ack := sigs.Slice(g, g+1), sigs.Slice(workers+g, workers+g+1)
+				src := make([]int64, nblocks*block)
+				for r := 1; r <= rounds; r++ {
+					for k := range src {
+						src[k] = val(me, g, r, k)
+					}
+					if err := shmem.IBPut(h, stride, src, block, block, nblocks, to); err != nil {
+						return err
+					}
+					if err := shmem.PutSignalNBI(h.Slice(region-1, region), []int64{int64(r)}, stamp, uint64(r), shmem.SignalSet, to); err != nil {
+						return err
+					}
+					if err := c.Quiet(); err != nil {
+						return err
+					}
+					// Receive round r from the left neighbour's goroutine g.
+					if _, err := shmem.SignalWaitUntil(stamp, shmem.CmpGE, uint64(r)); err != nil {
+						return err
+					}
+					got := mine.Local()
+					if got[region-1] != int64(r) {
+						return fmt.Errorf("goroutine %d round %d: stamp %d", g, r, got[region-1])
+					}
+					for b := 0; b < nblocks; b++ {
+						for j := 0; j < block; j++ {
+							if w := val(left, g, r, b*block+j); got[b*stride+j] != w {
+								return fmt.Errorf("goroutine %d round %d: block %d element %d is %d, want %d", g, r, b, j, got[b*stride+j], w)
+							}
+						}
+					}
+					// Acknowledge to the left, then wait for the right's.
+					if err := shmem.SignalUpdate(ack.Via(c), uint64(r), shmem.SignalSet, back); err != nil {
+						return err
+					}
+					if err := c.Quiet(); err != nil {
+						return err
+					}
+					if _, err := shmem.SignalWaitUntil(ack, shmem.CmpGE, uint64(r)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			return err
+		}
+	}
+	return pe.BarrierAll()
+})
+
+func TestContextPipelines(t *testing.T) { each(t, "context-pipelines", 1, 2, 3, 8) }
