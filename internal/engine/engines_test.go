@@ -52,7 +52,8 @@ func TestEngines(t *testing.T) {
 				// No GOSHMEM_KEY: every PE reads (one creates) the key file.
 				engineJob(t, l, bin, []string{"HOME=" + t.TempDir(), "GOSHMEM_KEY="})
 			})
-			t.Run("kill9", func(t *testing.T) { engineKill(t, l, bin) })
+			t.Run("kill9", func(t *testing.T) { engineKill(t, l, bin, false) })
+			t.Run("kill9all", func(t *testing.T) { engineKill(t, l, bin, true) })
 			t.Run("globalexit7", func(t *testing.T) { engineExit(t, l, bin) })
 			t.Run("wrongkey", func(t *testing.T) { engineWrongKey(t, l, bin) })
 		})
@@ -222,7 +223,10 @@ func engineJob(t *testing.T, l Command, bin string, extra []string) {
 
 var pidLine = regexp.MustCompile(`^PE (\d+) pid (\d+)$`)
 
-func engineKill(t *testing.T, l Command, bin string) {
+// engineKill kills PE 2 (every PE when all) with SIGKILL while every PE
+// waits, and checks that the job ends within 5 s, non-zero, naming PE 2,
+// and that no PE process or rendezvous socket is left.
+func engineKill(t *testing.T, l Command, bin string, all bool) {
 	before := goshmemSockets()
 	r := start(t, l, bin, "kill", nil)
 	pids := map[int]int{}
@@ -256,9 +260,18 @@ func engineKill(t *testing.T, l Command, bin string) {
 	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	what := "PE 2"
+	if all {
+		what = "every PE"
+		for rank, p := range pids {
+			if rank != 2 {
+				syscall.Kill(p, syscall.SIGKILL) // some may be gone already
+			}
+		}
+	}
 	_, code := r.wait(t, 30*time.Second)
 	took := time.Since(killed)
-	t.Logf("%s: kill -9 of PE 2 ended the job in %v with status %d", l.Label, took.Round(time.Millisecond), code)
+	t.Logf("%s: kill -9 of %s ended the job in %v with status %d", l.Label, what, took.Round(time.Millisecond), code)
 	if took > 5*time.Second {
 		t.Errorf("the job took %v to end after PE 2 died, want under 5 s", took)
 	}
@@ -266,19 +279,23 @@ func engineKill(t *testing.T, l Command, bin string) {
 		t.Errorf("the job exited 0 after PE 2 was killed")
 	}
 	stderr := r.stderr.String()
-	if l.SelfKill {
+	switch {
+	case all:
+		// Nobody is left to name anyone: the engine reports.
+		t.Logf("%s's report: %q", l.Path, strings.TrimSpace(stderr))
+	case l.SelfKill:
 		// Hydra SIGKILLs every other rank itself within milliseconds,
-		// before the runtime can say anything, and exits with the
-		// signal's number; what it prints is its own (often nothing).
+		// often before the runtime can say anything, and exits 9 (the
+		// signal's number) or 255; what it prints is its own.
 		t.Logf("%s's own report: %q", l.Path, strings.TrimSpace(stderr))
-	} else if !strings.Contains(stderr, "PE 2 was lost") {
+	case !strings.Contains(stderr, "PE 2 was lost"):
 		t.Errorf("stderr does not name PE 2:\n%s", stderr)
 	}
-	all := make([]int, 0, len(pids))
+	procs := make([]int, 0, len(pids))
 	for _, p := range pids {
-		all = append(all, p)
+		procs = append(procs, p)
 	}
-	if left := leftovers(all, before); len(left) > 0 {
+	if left := leftovers(procs, before); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
 }
