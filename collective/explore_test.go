@@ -9,35 +9,6 @@ import (
 	"github.com/goshmem/goshmem/verify/explore"
 )
 
-// TestExplorePartitions: for every team size up to 64 and every length
-// up to 4096, partition's chunks are contiguous, in order, cover the
-// vector exactly once, and differ in size by at most one.
-func TestExplorePartitions(t *testing.T) {
-	maxParts, maxN := 64, 4096
-	if explore.Deep() {
-		maxParts, maxN = 128, 1<<14
-	}
-	checked := 0
-	for parts := 1; parts <= maxParts; parts++ {
-		for n := 0; n <= maxN; n++ {
-			next, small, large := 0, n, 0
-			for i := range parts {
-				lo, hi := partition(n, parts, i)
-				if lo != next || hi < lo {
-					t.Fatalf("partition(%d, %d, %d) = [%d, %d), want it to start at %d", n, parts, i, lo, hi, next)
-				}
-				next = hi
-				small, large = min(small, hi-lo), max(large, hi-lo)
-				checked++
-			}
-			if next != n || large-small > 1 {
-				t.Fatalf("partition(%d, %d, ·) ends at %d with sizes %d..%d", n, parts, next, small, large)
-			}
-		}
-	}
-	t.Logf("%d chunks of %d team sizes x %d lengths", checked, maxParts, maxN+1)
-}
-
 // ringVal is a member's copy of a chunk: which members' contributions
 // it holds (a mask), whether one came twice, and whether it was written
 // at all.
@@ -52,61 +23,9 @@ func (v ringVal) fold(me int) ringVal {
 	return ringVal{mask: v.mask | bit, dup: v.dup || v.mask&bit != 0, written: true}
 }
 
-// TestExploreRingSchedule: for every team size up to 64, the ring
-// schedule as reduceRing runs it in lock step (step 0 reads the left
-// neighbour's src, later steps its dst; the reduce-scatter folds the
-// member's own src in, the allgather copies) leaves every member with
-// every chunk holding every member's contribution exactly once; each
-// read finds what the schedule means it to find. With partition's cover
-// above, every element of the vector is in exactly one chunk, so this
-// holds element by element for every length.
-func TestExploreRingSchedule(t *testing.T) {
-	maxParts := 64
-	for parts := 1; parts <= maxParts; parts++ {
-		full := ^uint64(0) >> (64 - parts)
-		dst := make([][]ringVal, parts)
-		for m := range dst {
-			dst[m] = make([]ringVal, parts)
-		}
-		src := func(m int) ringVal { return ringVal{mask: 1 << m, written: true} }
-		steps := 2 * (parts - 1)
-		for s := 0; s < steps; s++ {
-			next := make([][]ringVal, parts)
-			for m := range parts {
-				next[m] = append([]ringVal(nil), dst[m]...)
-				left := (m + parts - 1) % parts
-				_, ch := ringStep(parts, m, s)
-				var v ringVal
-				if s == 0 {
-					v = src(left)
-				} else {
-					v = dst[left][ch]
-				}
-				if s < parts-1 {
-					if !v.written || v.dup || bits.OnesCount64(v.mask) != s+1 {
-						t.Fatalf("%d members, step %d: member %d reads chunk %d from %d: %+v, want %d contributions", parts, s, m, ch, left, v, s+1)
-					}
-					next[m][ch] = v.fold(m)
-				} else {
-					if v.mask != full || v.dup {
-						t.Fatalf("%d members, allgather step %d: member %d reads unfinished chunk %d: %+v", parts, s, m, ch, v)
-					}
-					next[m][ch] = v
-				}
-			}
-			dst = next
-		}
-		for m := range parts {
-			for c := range parts {
-				if parts > 1 && (dst[m][c].mask != full || dst[m][c].dup) {
-					t.Fatalf("%d members: member %d ends with chunk %d = %+v", parts, m, c, dst[m][c])
-				}
-			}
-		}
-	}
-}
-
-// The ring schedule without lock step: each member waits for its left
+// The ring schedule in lock step, and partition, are checked for every
+// team size up to 64 in partition_test.go (TestRingSchedule,
+// TestPartition). Here, the ring schedule without lock step: each member waits for its left
 // neighbour's signal before step s > 0, reads one chunk of the left
 // neighbour's buffer, folds or copies it into its dst, and signals its
 // right neighbour, as reduceRing does; members run at any relative

@@ -6,14 +6,20 @@ import (
 	"testing"
 
 	"github.com/goshmem/goshmem/shmem"
+	"github.com/goshmem/goshmem/verify/explore"
 )
 
 // partition covers [0, n) exactly once with contiguous chunks in order
-// whose sizes differ by at most one, for every length and team size,
-// lengths below the team size included.
+// whose sizes differ by at most one, for every team size up to 64 and
+// every length up to 4096 (128 and 16384 with GOSHMEM_EXPLORE_DEEP=1),
+// lengths below the team size included (docs/verification.md).
 func TestPartition(t *testing.T) {
-	for parts := 1; parts <= 17; parts++ {
-		for n := 0; n <= 3*parts+5; n++ {
+	maxParts, maxN := 64, 4096
+	if explore.Deep() {
+		maxParts, maxN = 128, 1<<14
+	}
+	for parts := 1; parts <= maxParts; parts++ {
+		for n := 0; n <= maxN; n++ {
 			next, smallest, largest := 0, n, 0
 			for i := range parts {
 				lo, hi := partition(n, parts, i)
@@ -42,8 +48,11 @@ func TestPartition(t *testing.T) {
 // neighbour sends; in the reduce-scatter it folds its own contribution
 // in, in the allgather it takes the finished chunk. At the end every
 // member holds every chunk with every contribution exactly once.
+//
+// Every team size up to 64; with partition's cover (TestPartition) this
+// holds element by element for every length.
 func TestRingSchedule(t *testing.T) {
-	for parts := 1; parts <= 9; parts++ {
+	for parts := 1; parts <= 64; parts++ {
 		full := uint64(1)<<parts - 1
 		have := make([][]uint64, parts) // have[m][c]: contributions in member m's copy of chunk c
 		for m := range have {

@@ -119,6 +119,27 @@ func (m *flatModel) exploreCausal() (explore.Result, error) {
 	}, explore.Bound{})
 }
 
+// flatMutants are broken wait rules each flat check must catch: the
+// failure names want.
+var flatMutants = []struct {
+	name, want string
+	waiting    func(n, me, from int, e uint64, flag func(int) uint64) int
+}{
+	{"ignores a member", "before PE", func(n, me, from int, e uint64, flag func(int) uint64) int {
+		last := n - 1
+		if me == last {
+			last--
+		}
+		if w := flatWaiting(n, me, from, e, flag); w != last {
+			return w
+		}
+		return n // ignores member last
+	}},
+	{"takes an old flag", "barrier 2", func(n, me, from int, e uint64, flag func(int) uint64) int {
+		return flatWaiting(n, me, from, 1, flag) // any flag from barrier 1 on
+	}},
+}
+
 // TestExploreFlatBarrierCausal: flat teams of 2 to 16 members, 3
 // barriers in a row (5 with GOSHMEM_EXPLORE_DEEP=1), and the two mutants
 // of TestExploreFlatBarrierMutants caught at every size.
@@ -135,27 +156,13 @@ func TestExploreFlatBarrierCausal(t *testing.T) {
 		}
 		t.Logf("%d members, %d barriers, causal: %v", n, episodes, res)
 
-		m = &flatModel{n: n, episodes: 3, waiting: func(n, me, from int, e uint64, flag func(int) uint64) int {
-			last := n - 1
-			if me == last {
-				last--
+		for _, mu := range flatMutants {
+			m = &flatModel{n: n, episodes: 3, waiting: mu.waiting}
+			_, err = m.exploreCausal()
+			var f *explore.Failure
+			if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), mu.want) {
+				t.Fatalf("%d members: a wait that %s passed (%v)", n, mu.name, err)
 			}
-			if w := flatWaiting(n, me, from, e, flag); w != last {
-				return w
-			}
-			return n // ignores member last
-		}}
-		_, err = m.exploreCausal()
-		var f *explore.Failure
-		if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), "before PE") {
-			t.Fatalf("%d members: a wait that ignores a member passed (%v)", n, err)
-		}
-		m = &flatModel{n: n, episodes: 3, waiting: func(n, me, from int, e uint64, flag func(int) uint64) int {
-			return flatWaiting(n, me, from, 1, flag) // any flag from barrier 1 on
-		}}
-		_, err = m.exploreCausal()
-		if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), "barrier 2") {
-			t.Fatalf("%d members: a wait that takes an old flag passed (%v)", n, err)
 		}
 	}
 }

@@ -130,33 +130,16 @@ func TestExploreFlatBarrier(t *testing.T) {
 // flag, and one that takes a flag from an earlier barrier, are caught.
 func TestExploreFlatBarrierMutants(t *testing.T) {
 	for n := 2; n <= 4; n++ {
-		m := &flatModel{n: n, episodes: 3, waiting: func(n, me, from int, e uint64, flag func(int) uint64) int {
-			last := n - 1
-			if me == last {
-				last--
+		for _, mu := range flatMutants { // flatsync_causal_test.go
+			m := &flatModel{n: n, episodes: 3, waiting: mu.waiting}
+			_, err := m.explore()
+			var f *explore.Failure
+			if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), mu.want) {
+				t.Fatalf("%d members: a wait that %s passed (%v)", n, mu.name, err)
 			}
-			if w := flatWaiting(n, me, from, e, flag); w != last {
-				return w
+			if n == 3 {
+				t.Logf("%s: %v", mu.name, f)
 			}
-			return n // ignores member last
-		}}
-		_, err := m.explore()
-		var f *explore.Failure
-		if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), "before PE") {
-			t.Fatalf("%d members: a wait that ignores a member passed (%v)", n, err)
-		}
-		if n == 3 {
-			t.Logf("ignored member: %v", f)
-		}
-		m = &flatModel{n: n, episodes: 3, waiting: func(n, me, from int, e uint64, flag func(int) uint64) int {
-			return flatWaiting(n, me, from, 1, flag) // any flag from barrier 1 on
-		}}
-		_, err = m.explore()
-		if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), "barrier 2") {
-			t.Fatalf("%d members: a wait that takes an old flag passed (%v)", n, err)
-		}
-		if n == 3 {
-			t.Logf("old flag taken: %v", f)
 		}
 	}
 }
