@@ -203,7 +203,7 @@ func Recv[T shmem.Elem](ctx context.Context, c *Comm, from, tag int, dst []T) (S
 	if err := checkTag(tag, true); err != nil {
 		return Status{}, err
 	}
-	return c.e.recv(ctx, c, &request{c: c, from: from, tag: tag, kind: kindOf[T](), size: sizeOf[T](), dst: asBytes(dst)})
+	return c.e.recv(ctx, c, request{c: c, from: from, tag: tag, kind: kindOf[T](), size: sizeOf[T](), dst: asBytes(dst)})
 }
 
 // Probe waits for a message that Recv(from, tag) would receive and
@@ -218,7 +218,7 @@ func Probe(ctx context.Context, c *Comm, from, tag int) (Status, error) {
 	if err := checkTag(tag, true); err != nil {
 		return Status{}, err
 	}
-	return c.e.recv(ctx, c, &request{c: c, from: from, tag: tag, probe: true})
+	return c.e.recv(ctx, c, request{c: c, from: from, tag: tag, probe: true})
 }
 
 // SendRecv sends v to rank to with sendTag and receives into dst from
@@ -243,7 +243,7 @@ func SendRecv[T shmem.Elem](ctx context.Context, c *Comm, to, sendTag int, v []T
 		return Status{}, err
 	}
 	e, kind, src := c.e, kindOf[T](), asBytes(v)
-	q := &request{c: c, from: from, tag: recvTag, kind: kind, size: sizeOf[T](), dst: asBytes(dst)}
+	q := request{c: c, from: from, tag: recvTag, kind: kind, size: sizeOf[T](), dst: asBytes(dst)}
 	// The common case: an eager send that finds room goes first, then the
 	// receive, in this goroutine.
 	if sent, err := e.trySend(c, to, sendTag, kind, src); err != nil {

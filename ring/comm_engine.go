@@ -41,6 +41,7 @@ type engine struct {
 	slotFree []uint32
 	slotGen  [rdvSlots]uint32
 	cur      *request // the request of the goroutine that holds mu, if any
+	spare    *entry   // an entry no one refers to, for the next eager message
 	kick     bool     // a request of another goroutine completed, or a slot was freed
 }
 
@@ -417,8 +418,17 @@ func (e *engine) handle(src int, m Message) (bool, error) {
 	rs := c.rank[src]
 	switch h.typ {
 	case msgEager:
-		ent := &entry{src: rs, wsrc: src, tag: h.tag, kind: h.kind, bytes: len(payload), data: payload}
+		// The entry is a spare one unless the message is queued: most
+		// eager messages go straight to a posted receive.
+		ent := e.spare
+		if ent == nil {
+			ent = new(entry)
+		}
+		e.spare = nil
+		*ent = entry{src: rs, wsrc: src, tag: h.tag, kind: h.kind, bytes: len(payload), data: payload}
 		if done, err := c.offer(ent); done || err != nil {
+			ent.data = nil
+			e.spare = ent
 			return true, err
 		}
 		if e.queued+len(payload)+entryCost > e.cap {
@@ -735,8 +745,18 @@ func (c *Comm) stuck(q *request) bool {
 	return false
 }
 
-// recv runs Recv or Probe q to its end.
-func (e *engine) recv(ctx context.Context, c *Comm, q *request) (Status, error) {
+// reqPool recycles requests: once recv returns, nothing refers to its
+// request (it is off the posted list and takes no message).
+var reqPool = sync.Pool{New: func() any { return new(request) }}
+
+// recv runs Recv or Probe r to its end.
+func (e *engine) recv(ctx context.Context, c *Comm, r request) (Status, error) {
+	q := reqPool.Get().(*request)
+	*q = r
+	defer func() {
+		*q = request{}
+		reqPool.Put(q)
+	}()
 	what := "Recv"
 	if q.probe {
 		what = "Probe"
