@@ -11,9 +11,10 @@ import (
 
 // Quiet over TCP, explored over every interleaving: a Flush (what Quiet
 // does on a link) after non-blocking puts and a non-blocking GET on two
-// streams, against the peer's in-order serving, the reader goroutines,
-// and a watchdog that may expire the FLUSH being waited for at any
-// moment. The read token (token.go), the call table and the calls
+// streams, beside another goroutine's blocking GET on stream 0 that
+// waits for the same read token, against the peer's in-order serving,
+// the reader goroutines, and a watchdog that may expire either
+// goroutine's call at any moment (once per run). The read token (token.go), the call table and the calls
 // (calls.go) are the real ones; around them the model follows, step by
 // step, what stream.await, serve/apply, Link.Flush and its failure path
 // (fail, then quiesce) do with them. Applying a reply is two steps, as
@@ -26,8 +27,9 @@ import (
 //     queued before it and after every earlier GET's destination was
 //     written;
 //   - nothing is written into a call's destination after Flush returned
-//     (a failed Flush included);
-//   - the Flush always returns, and no goroutine is left holding a token.
+//     (a failed Flush included), nor into the blocking GET's after it
+//     returned; that GET returns nil only with its destination written;
+//   - both goroutines always return, and no token is left held.
 //
 // The failure path closes the sockets (Link.fail): a holder's next read
 // fails and it ends the stream (endLocked), a free token's reader
@@ -48,7 +50,7 @@ type qFrame struct {
 type qWorld struct {
 	tok      [qStreams]token
 	table    callTable
-	calls    []*call // the GET (nbi) and the two FLUSH calls
+	calls    []*call // the GET (nbi), the two FLUSH calls, the other goroutine's blocking GET
 	toPeer   [qStreams][]qFrame
 	toUs     [qStreams][]qFrame // replies on the wire to this side, in order
 	applied  [2]bool            // the peer applied put i
@@ -59,8 +61,13 @@ type qWorld struct {
 	failed   bool // the link's failure path ran
 	returned bool // Flush returned
 	result   error
+	// The other goroutine: a blocking GET (call 3) on stream 0, waiting
+	// beside the Flush for the same read token.
+	getDone  bool
+	getErr   error
 	applying [qStreams]int // the holder of stream s has removed call applying-1 and is to write it
 	expired  int
+	grants   int // releases that handed the token to a follower
 	bad      string
 	mutant   string // "no-quiesce": Flush returns without waiting for holders
 }
@@ -71,14 +78,15 @@ func newQWorld(mutant string) *qWorld {
 	get := &call{kind: typeGet, stream: 0, nbi: true, wake: make(chan struct{}, 1)}
 	f0 := &call{kind: typeFlush, stream: 0, wake: make(chan struct{}, 1)}
 	f1 := &call{kind: typeFlush, stream: 1, wake: make(chan struct{}, 1)}
-	w.calls = []*call{get, f0, f1}
+	bget := &call{kind: typeGet, stream: 0, wake: make(chan struct{}, 1)}
+	w.calls = []*call{get, f0, f1, bget}
 	w.written = make([]bool, len(w.calls))
 	for _, c := range w.calls {
 		if err := w.table.add(c); err != nil {
 			panic(err)
 		}
 	}
-	w.toPeer[0] = []qFrame{{kind: typePut, put: 0}, {kind: typeGet, call: 0}, {kind: typeFlush, call: 1}}
+	w.toPeer[0] = []qFrame{{kind: typePut, put: 0}, {kind: typeGet, call: 0}, {kind: typeGet, call: 3}, {kind: typeFlush, call: 1}}
 	w.toPeer[1] = []qFrame{{kind: typePut, put: 1}, {kind: typeFlush, call: 2}}
 	return w
 }
@@ -92,7 +100,7 @@ func (w *qWorld) flushCall() *call {
 }
 
 type qMove struct {
-	actor int // 0 the peer, 1+s stream s's holder or reader goroutine, 3 the watchdog, 4 the Flush goroutine
+	actor int // 0 the peer, 1+s stream s's holder or reader goroutine, 3 the watchdog, 4 the Flush goroutine, 5 the blocking GET's
 	label string
 	do    func()
 }
@@ -133,7 +141,9 @@ func (w *qWorld) moves() []qMove {
 		if a := w.applying[s]; a != 0 {
 			c := w.calls[a-1]
 			add(fmt.Sprintf("stream %d's holder writes the reply of call %d and completes it", s, a-1), func() {
-				if w.returned {
+				if a-1 == 3 && w.getDone {
+					w.bad = fmt.Sprintf("the blocking GET's destination written after it returned (%v)", w.getErr)
+				} else if a-1 != 3 && w.returned {
 					w.bad = fmt.Sprintf("call %d's destination written after Flush returned (%v)", a-1, w.result)
 				}
 				w.written[a-1] = true
@@ -155,7 +165,7 @@ func (w *qWorld) moves() []qMove {
 		if w.failed && tk.kind == heldCaller && !tk.holder.done() && !tk.holder.expired.Load() {
 			// A caller serving: its read fails, serve returns the error,
 			// and await ends the stream (endLocked).
-			add(fmt.Sprintf("stream %d's holder (Flush) finds the socket closed and ends the stream", s), func() { tk.end() })
+			add(fmt.Sprintf("stream %d's holder (call %d's goroutine) finds the socket closed and ends the stream", s, w.idx(tk.holder)), func() { tk.end() })
 			continue
 		}
 		if tk.held() && len(w.toUs[s]) > 0 && !w.failed {
@@ -176,18 +186,33 @@ func (w *qWorld) moves() []qMove {
 	}
 	// The watchdog expires the FLUSH being waited for (once per run).
 	actor = 3
-	if c := w.flushCall(); c != nil && !c.done() && !c.expired.Load() && w.expired == 0 && !w.returned {
-		add(fmt.Sprintf("the watchdog expires FLUSH call %d", w.idx(c)), func() {
-			w.expired++
-			c.expired.Store(true)
-			w.tok[c.stream].unqueue(c)
-			c.signal()
-		})
+	for _, c := range []*call{w.flushCall(), w.getCall()} {
+		if c != nil && !c.done() && !c.expired.Load() && w.expired == 0 {
+			add(fmt.Sprintf("the watchdog expires call %d", w.idx(c)), func() {
+				w.expired++
+				c.expired.Store(true)
+				w.tok[c.stream].unqueue(c)
+				c.signal()
+			})
+		}
+	}
+	// The other goroutine: stream.await for its blocking GET.
+	actor = 5
+	if c := w.getCall(); c != nil {
+		w.awaitMoves(c, add, func(err error) { w.getDone, w.getErr = true, err; w.getReturned() })
 	}
 	// The Flush goroutine: stream.await for each FLUSH, then Flush's end.
 	actor = 4
 	if c := w.flushCall(); c != nil {
-		w.awaitMoves(c, add)
+		w.awaitMoves(c, add, func(err error) {
+			if err == errWaitTimeout {
+				w.timedOut = true
+			}
+			if err != nil && w.first == nil {
+				w.first = err
+			}
+			w.flushPC++
+		})
 	} else if !w.returned {
 		switch {
 		case w.timedOut && !w.failed:
@@ -211,42 +236,54 @@ func (w *qWorld) moves() []qMove {
 	return ms
 }
 
-// awaitMoves is stream.await's loop for c, one branch per step.
-func (w *qWorld) awaitMoves(c *call, add func(string, func())) {
+// getCall is the blocking GET while its goroutine waits for it.
+func (w *qWorld) getCall() *call {
+	if w.getDone {
+		return nil
+	}
+	return w.calls[3]
+}
+
+func (w *qWorld) getReturned() {
+	if w.getErr == nil && !w.written[3] {
+		w.bad = "the blocking GET returned nil before its destination was written"
+	}
+}
+
+// awaitMoves is stream.await's loop for c, one branch per step; next
+// takes what await returns.
+func (w *qWorld) awaitMoves(c *call, add func(string, func()), next func(error)) {
 	s := c.stream
 	tk := &w.tok[s]
 	i := w.idx(c)
-	next := func(err error) {
-		if err != nil && w.first == nil {
-			w.first = err
-		}
-		w.flushPC++
+	who := "Flush"
+	if i == 3 {
+		who = "the GET's goroutine"
 	}
 	switch {
 	case tk.holder == c:
 		if c.done() || c.expired.Load() || tk.ended {
-			add(fmt.Sprintf("Flush (holding stream %d) releases the token", s), func() { w.release(s) })
+			add(fmt.Sprintf("%s (holding stream %d) releases the token", who, s), func() { w.release(s) })
 		}
 		// Otherwise it serves: the holder moves above read and apply.
 	case c.done():
-		add(fmt.Sprintf("Flush sees FLUSH call %d done", i), func() {
+		add(fmt.Sprintf("%s sees call %d done", who, i), func() {
 			tk.unqueue(c)
 			next(c.err)
 		})
 	case c.expired.Load():
-		add(fmt.Sprintf("Flush sees FLUSH call %d expired and removes it", i), func() {
+		add(fmt.Sprintf("%s sees call %d expired and removes it", who, i), func() {
 			tk.unqueue(c)
 			if w.table.removeIf(c) {
-				w.timedOut = true
 				next(errWaitTimeout)
 			}
 			// else: a holder took the reply and completes it; c.block()
 			// waits for that, which is the c.done() branch next.
 		})
 	case tk.free():
-		add(fmt.Sprintf("Flush takes stream %d's free token", s), func() { tk.take(heldCaller, c) })
+		add(fmt.Sprintf("%s takes stream %d's free token", who, s), func() { tk.take(heldCaller, c) })
 	case !c.queued:
-		add(fmt.Sprintf("Flush queues behind stream %d's %v", s, tk.kind), func() { tk.queue(c) })
+		add(fmt.Sprintf("%s queues behind stream %d's %v", who, s, tk.kind), func() { tk.queue(c) })
 	}
 	// Queued and asleep: it moves again when woken (granted, done,
 	// expired), which the branches above see.
@@ -255,6 +292,7 @@ func (w *qWorld) awaitMoves(c *call, add func(string, func())) {
 func (w *qWorld) release(s int) {
 	g, _ := w.tok[s].release(pendingCall, false, w.failed)
 	if g != nil {
+		w.grants++
 		g.granted.Store(true)
 		g.signal()
 	}
@@ -310,6 +348,9 @@ func (w *qWorld) end() error {
 	if !w.returned {
 		return fmt.Errorf("deadlock: Flush never returns (waiting for FLUSH %d)", w.flushPC)
 	}
+	if !w.getDone {
+		return errors.New("deadlock: the blocking GET never returns")
+	}
 	for s := range w.tok {
 		if w.tok[s].held() {
 			return fmt.Errorf("stream %d's token is still held by %v", s, w.tok[s].kind)
@@ -332,8 +373,8 @@ func (w *qWorld) key() string {
 		_, in := w.table.m[c.id]
 		fmt.Fprintf(&b, "c%d:%v,%v,%v,%v,%v,%v;", i, in, c.done(), c.err != nil, c.expired.Load(), c.granted.Load(), c.queued)
 	}
-	fmt.Fprintf(&b, "%v %v %d %v %v %v %v %v %d %s", w.applied, w.written, w.flushPC, w.timedOut, w.first != nil,
-		w.failed, w.returned, w.result != nil, w.expired, w.bad)
+	fmt.Fprintf(&b, "%v %v %d %v %v %v %v %v %d %v %v %s", w.applied, w.written, w.flushPC, w.timedOut, w.first != nil,
+		w.failed, w.returned, w.result != nil, w.expired, w.getDone, w.getErr != nil, w.bad)
 	return b.String()
 }
 
@@ -364,6 +405,7 @@ type qModel struct {
 	mutant  string
 	replays int
 	ends    map[string]bool // end states: whether Flush returned nil
+	grants  int             // most hand-overs to a follower in one run
 }
 
 func (m *qModel) reach(path []int) qState {
@@ -373,6 +415,7 @@ func (m *qModel) reach(path []int) qState {
 		w.moves()[i].do()
 	}
 	s := qState{path: path, key: w.key()}
+	m.grants = max(m.grants, w.grants)
 	if err := w.check(); err != nil {
 		s.bad = err.Error()
 	}
@@ -390,7 +433,7 @@ func (m *qModel) reach(path []int) qState {
 		}
 		m.ends[s.key] = w.result == nil
 	}
-	s.show = fmt.Sprintf("applied %v, written %v, Flush returned %v (%v), failed %v", w.applied, w.written, w.returned, w.result, w.failed)
+	s.show = fmt.Sprintf("applied %v, written %v, Flush returned %v (%v), GET returned %v (%v), failed %v", w.applied, w.written, w.returned, w.result, w.getDone, w.getErr, w.failed)
 	return s
 }
 
@@ -440,10 +483,13 @@ func TestExploreQuiet(t *testing.T) {
 			ok++
 		}
 	}
+	if m.grants == 0 {
+		t.Fatal("no run handed the token to a follower")
+	}
 	if ok == 0 || ok == len(m.ends) {
 		t.Fatalf("%d of %d ends have Flush succeed: the exploration should reach both outcomes", ok, len(m.ends))
 	}
-	t.Logf("Flush over %d streams: %v (%d replays); Flush succeeds in %d of %d end states", qStreams, res, m.replays, ok, len(m.ends))
+	t.Logf("Flush over %d streams: %v (%d replays); Flush succeeds in %d of %d end states; up to %d hand-overs to a follower in a run", qStreams, res, m.replays, ok, len(m.ends), m.grants)
 }
 
 // TestExploreQuietMutant: a failed Flush that returns without waiting
