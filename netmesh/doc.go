@@ -7,7 +7,7 @@
 // accepting; Addr is what the PE publishes; Connect(peers) links it with
 // every remote PE (the lower rank of a pair dials, the higher one
 // accepts; both run the handshake of handshake.go). Link(rank) returns the
-// link to one peer, whose methods (Put, PutNBI, PutStrided, PutBlocks,
+// link to one peer, whose methods (Put, PutNBI, PutBlocks,
 // Get, GetNBI, Atomic, AtomicNBI, PutSignal, PutSignalNBI, Flush, Fence)
 // operate on the peer's segment by offset. netmesh never imports shmem: shmem owns the routing decision
 // (shared memory for same-host peers, a Link for the others) and the

@@ -240,34 +240,9 @@ func (l *Link) putOn(st *stream, off uint64, src []byte, mode int, wait bool) (u
 	return seq, l.opErr(q.commit(mode, wait))
 }
 
-// stridedBatch bounds the bytes of PUT frames PutStrided queues before it
+// stridedBatch bounds the bytes of PUT frames PutBlocks queues before it
 // commits them (one write when nobody else is writing).
 const stridedBatch = 64 << 10
-
-// PutStrided writes n elements of width bytes (1..copyMax): element k is
-// src[k*srcStride*width:][:width] and goes to off+k*dstStride*width of
-// the peer's segment (strides in elements, at least 1). It is PutBlocks
-// with the strides in bytes (shmem's IPut).
-func (l *Link) PutStrided(off uint64, dstStride int, src []byte, srcStride, width, n int) error {
-	switch {
-	case n == 0:
-		return nil
-	case n < 0 || width < 1 || width > copyMax || dstStride < 1 || srcStride < 1:
-		return fmt.Errorf("netmesh: strided put of %d elements of %d bytes, strides %d and %d: %w", n, width, dstStride, srcStride, errs.Invalid)
-	}
-	if n == 1 {
-		return l.PutBlocks(off, width, src, width, width, 1)
-	}
-	// A stride that does not fit in the space in bytes reaches past it:
-	// compared before it is multiplied.
-	if uint64(srcStride) > uint64(len(src))/uint64(width) {
-		return fmt.Errorf("netmesh: strided put of %d elements of %d bytes with stride %d from a %d-byte source: %w", n, width, srcStride, len(src), errs.OutOfBounds)
-	}
-	if uint64(dstStride) > l.peerMem/uint64(width) {
-		return fmt.Errorf("netmesh: strided put of %d elements of %d bytes with stride %d at offset %d on PE %d: past its %d-byte segment: %w", n, width, dstStride, off, l.rank, l.peerMem, errs.OutOfBounds)
-	}
-	return l.PutBlocks(off, dstStride*width, src, srcStride*width, width, n)
-}
 
 // PutBlocks writes n blocks of width bytes: block k is
 // src[k*srcStride:][:width] and goes to off+k*dstStride of the peer's
