@@ -76,7 +76,7 @@ type Comm struct {
 	world []int // team rank → world PE
 	rank  []int // world PE → team rank, or -1
 
-	// Guarded by e.mu.
+	// Guarded by the engine's gate.
 	unexp  []*entry   // arrived, not yet received: in arrival order
 	posted []*request // receives and probes waiting, in posting order
 }

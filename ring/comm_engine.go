@@ -14,8 +14,8 @@ import (
 // engine is one PE's side of a Comm: a Safe ring with a lane between
 // every ordered pair of PEs (every sender rings the receiver's doorbell),
 // the rendezvous state words, and the matching state. Every field below
-// mu is guarded by it; a call holds it only while it moves messages,
-// never while it waits.
+// "guarded" is guarded by the gate (its team's mutex: see enter); a call
+// holds it only while it moves messages, never while it waits.
 type engine struct {
 	pe       *shmem.PE
 	me, npes int
@@ -26,12 +26,13 @@ type engine struct {
 	rdv      shmem.Sym[uint64] // rdvSlots state words, in each sender's heap
 	rdvLocal []uint64          // this PE's copy
 	spin     bool              // a CPU per PE: spin briefly before sleeping
+	longSpin bool              // and every peer is on this host: spin up to commSpin (remote messages need the CPU for the link's reader)
 	eagerMax int               // the eager limit, and the payload of one frag
 	cap      int               // the unexpected queue's cap, in bytes
 	pubs     []*uint64         // the pub words of the incoming lanes, when at most spinLanes
 	closed   atomic.Bool
 
-	mu       sync.Mutex
+	// guarded by the gate:
 	comms    map[uint32]*Comm
 	batch    []Message
 	lanes    []inLane // by source world PE
@@ -151,6 +152,12 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 		spin: !info.Oversubscribed, eagerMax: frag, cap: queueCap,
 		comms: map[uint32]*Comm{}, lanes: make([]inLane, n), rdvIn: map[rdvKey]*entry{},
 		batch: make([]Message, 0, 64)}
+	e.longSpin = e.spin
+	for p := range n {
+		if !pe.SameHost(p) {
+			e.longSpin = false
+		}
+	}
 	if len(r.in) <= spinLanes {
 		for _, l := range r.in {
 			e.pubs = append(e.pubs, l.pubWord)
@@ -193,22 +200,16 @@ func (e *engine) enter() error {
 
 func (e *engine) exit() { e.gate.EndCollective() }
 
-// lock enters the gate and takes mu.
-func (e *engine) lock() error {
-	if err := e.enter(); err != nil {
-		return err
-	}
-	e.mu.Lock()
-	return nil
-}
+// lock enters the gate, which is also the mutex of the engine's
+// matching state (BeginCollective takes the team's lock).
+func (e *engine) lock() error { return e.enter() }
 
-// unlock releases mu and the gate, first waking this PE's sleepers if a
-// request of another goroutine completed meanwhile.
+// unlock leaves the gate, first waking this PE's sleepers if a request
+// of another goroutine completed meanwhile.
 func (e *engine) unlock() {
 	k := e.kick
 	e.kick = false
 	e.cur = nil
-	e.mu.Unlock()
 	e.exit()
 	if k {
 		e.kickSelf()
@@ -294,6 +295,9 @@ func (e *engine) spinFor(seen uint64) bool {
 			}
 		}
 		if n%recvSpin == 0 {
+			if !e.longSpin {
+				return false
+			}
 			if start.IsZero() {
 				start = time.Now()
 			} else if time.Since(start) > commSpin {
@@ -303,10 +307,12 @@ func (e *engine) spinFor(seen uint64) bool {
 	}
 }
 
-// commSpin bounds a Comm wait's spin (when the host has a CPU per PE)
-// before it sleeps in shmem.WaitUntil: a partner streaming messages
-// usually answers within a few microseconds, and a futex sleep and wake
-// costs more than that.
+// commSpin bounds a Comm wait's spin (when the host has a CPU per PE and
+// every peer is on it) before it sleeps in shmem.WaitUntil: a partner
+// streaming messages usually answers within a few microseconds, and a
+// futex sleep and wake costs more than that. With remote peers the spin
+// is recvSpin loads: a longer one takes the CPU the link's reader needs
+// to deliver the message.
 const commSpin = 20 * time.Microsecond
 
 // spinLanes is how many incoming lanes' pub words a spin watches.
@@ -320,7 +326,7 @@ func ctxErr(what string, err error) error {
 // ---- receiving side ----
 
 // progress takes every message that has arrived on this PE's lanes:
-// first what the cap held back, then whatever Poll returns. Under mu.
+// first what the cap held back, then whatever Poll returns. Holding the gate.
 func (e *engine) progress() error {
 	var first error
 	note := func(err error) {

@@ -39,6 +39,20 @@
 // The typed helpers SendT, RecvT and AppendT move slices of any
 // shmem.Elem without hand-written encoding.
 //
+// Comm, built on lanes, is MPI-style two-sided messaging: Send, Recv,
+// Probe and SendRecv of typed slices of any length, matched by (source,
+// tag) with AnySource / AnyTag, non-overtaking, each call bounded by a
+// context.Context:
+//
+//	c, err := ring.NewComm(pe.World())    // collective
+//	...
+//	err = ring.Send(ctx, c, 1, 7, []float64{1, 2, 3})
+//	st, err := ring.Recv(ctx, c, 0, 7, buf) // st.Source, st.Tag, st.Bytes
+//
+// Messages up to EagerMax (64 KiB) are eager; longer ones move, once a
+// receive has matched them, in pieces through the lanes' bulk areas
+// (rendezvous). docs/ring.md ("Comm") has the protocol and its bounds.
+//
 // Caveats:
 //   - In Safe mode a Message's Data aliases the receiver's heap (the
 //     slot or bulk area): it is valid until that message is acknowledged
