@@ -3,6 +3,8 @@ package shmem
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -328,7 +330,11 @@ func (w *lkWorld) apply(m lkMove) {
 	case rqLeaveCS:
 		w.inCS = 0
 	}
-	a.history = append(a.history, fmt.Sprint(resp.val, resp.err != nil))
+	h := strconv.FormatUint(resp.val, 16)
+	if resp.err != nil {
+		h += "!"
+	}
+	a.history = append(a.history, h)
 	w.cur = a
 	a.resp <- resp
 	a.pending = <-a.req
@@ -348,16 +354,32 @@ func (w *lkWorld) abort() {
 }
 
 func (w *lkWorld) key() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%v %v %d %d %q|", w.mem, w.held, w.inCS, w.timeouts, w.results)
+	b := make([]byte, 0, 256)
+	for pe := range w.mem {
+		b = strconv.AppendUint(b, uint64(w.mem[pe][0]), 16)
+		b = append(b, ',')
+		b = strconv.AppendUint(b, uint64(w.mem[pe][1]), 16)
+		b = strconv.AppendBool(append(b, ','), w.held[pe])
+		for _, r := range w.results[pe] {
+			b = append(append(b, ',', '"'), r...)
+		}
+		b = append(b, ';')
+	}
+	b = strconv.AppendInt(b, int64(w.inCS), 10)
+	b = strconv.AppendInt(append(b, ' '), int64(w.timeouts), 10)
+	b = append(b, '|')
 	for _, a := range w.actors {
 		if a.done {
-			b.WriteString("done;") // a finished goroutine's past no longer matters
+			b = append(b, "done;"...) // a finished goroutine's past no longer matters
 			continue
 		}
-		fmt.Fprintf(&b, "%d %s;", a.pe, strings.Join(a.history, ","))
+		b = strconv.AppendInt(b, int64(a.pe), 10)
+		for _, h := range a.history {
+			b = append(append(b, ' '), h...)
+		}
+		b = append(b, ';')
 	}
-	return b.String()
+	return string(b)
 }
 
 // end judges a run where nobody can move.
@@ -441,6 +463,8 @@ func (m *lkModel) steps(s lkState) []explore.Step[lkState] {
 }
 
 func (m *lkModel) explore() (explore.Result, error) {
+	// One goroutine runs at a time: hand-overs on one P are direct.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	return explore.Explore(explore.Model[lkState, string]{
 		Init:  m.reach(nil),
 		Key:   func(s lkState) string { return s.key },
