@@ -116,7 +116,7 @@ func newCommCap(t *shmem.Team, queueCap int) (*Comm, error) {
 		return nil, err
 	}
 	c.e = e
-	e.comms[c.id] = c
+	e.comm = c
 	return c, nil
 }
 

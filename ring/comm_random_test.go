@@ -184,15 +184,10 @@ func randomScenario(pe *shmem.PE) error {
 		// a receive that will not come. The job fails anyway.
 		return fmt.Errorf("seed %d: %w", seed, err)
 	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := firstErr(&wg, errs); err != nil {
 		return err
 	}
-	if err := pe.BarrierAll(); err != nil {
-		return err
-	}
-	return c.Close()
+	return closeComm(pe, c)
 }
 
 // receiveRandom receives everything m expects with random

@@ -37,6 +37,22 @@ func checkMsg(b []byte, src, tag, k int) error {
 
 func bg() context.Context { return context.Background() }
 
+// closeComm meets every PE (so that no PE closes while another still
+// receives), then closes c.
+func closeComm(pe *shmem.PE, c *Comm) error {
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// firstErr waits for wg, then returns the first error sent on errs.
+func firstErr(wg *sync.WaitGroup, errs chan error) error {
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
 // commSizes are the sizes the issue names: 0, 1, 64 KiB, 64 KiB + 1 and
 // 16 MiB (1 MiB under -short and -race).
 func commSizes() []int {
@@ -141,10 +157,7 @@ var _ = register("comm-tags", func(pe *shmem.PE) error {
 			return err
 		}
 	}
-	if err := pe.BarrierAll(); err != nil {
-		return err
-	}
-	return c.Close()
+	return closeComm(pe, c)
 })
 
 func TestCommTags(t *testing.T) { each(t, "comm-tags", 2) }
@@ -195,10 +208,7 @@ var _ = register("comm-typed", func(pe *shmem.PE) error {
 			}
 		}
 	}
-	if err := pe.BarrierAll(); err != nil {
-		return err
-	}
-	return c.Close()
+	return closeComm(pe, c)
 })
 
 func TestCommTyped(t *testing.T) { each(t, "comm-typed", 2) }
@@ -283,10 +293,7 @@ var _ = register("comm-shift", func(pe *shmem.PE) error {
 			return err
 		}
 	}
-	if err := pe.BarrierAll(); err != nil {
-		return err
-	}
-	return c.Close()
+	return closeComm(pe, c)
 })
 
 func TestCommShift(t *testing.T) {
@@ -340,10 +347,7 @@ var _ = register("comm-order", func(pe *shmem.PE) error {
 			}
 		}
 	}
-	if err := pe.BarrierAll(); err != nil {
-		return err
-	}
-	return c.Close()
+	return closeComm(pe, c)
 })
 
 func TestCommOrder(t *testing.T) { each(t, "comm-order", 2) }
@@ -521,15 +525,10 @@ var _ = register("comm-goroutines", func(pe *shmem.PE) error {
 			}
 		}()
 	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := firstErr(&wg, errs); err != nil {
 		return err
 	}
-	if err := pe.BarrierAll(); err != nil {
-		return err
-	}
-	return c.Close()
+	return closeComm(pe, c)
 })
 
 func TestCommGoroutines(t *testing.T) { each(t, "comm-goroutines", 2, 3) }
@@ -626,10 +625,7 @@ var _ = register("comm-cap", func(pe *shmem.PE) error {
 			return fmt.Errorf("the last message: %+v, %v", st, err)
 		}
 	}
-	if err := pe.BarrierAll(); err != nil {
-		return err
-	}
-	return c.Close()
+	return closeComm(pe, c)
 })
 
 func TestCommCap(t *testing.T) { each(t, "comm-cap", 2) }
