@@ -266,3 +266,44 @@ func TestHostsUsage(t *testing.T) {
 		t.Errorf("ParseHosts = %v, %v", hs, err)
 	}
 }
+
+// With ssh as the remote shell, the command reaches the remote shell as
+// one string: goshrun quotes each argument. A stand-in "ssh" joins its
+// arguments and hands them to sh -c, as sshd does.
+func TestHostsSSHQuoting(t *testing.T) {
+	g, _ := buildHostsEnv(t)
+	dir := t.TempDir()
+	ssh := filepath.Join(dir, "ssh")
+	script := "#!/bin/sh\nh=$1; shift\nGOSHMEM_HOST=$h exec sh -c \"$*\"\n"
+	if err := os.WriteFile(ssh, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := goshrunBin(t, g, "--hosts", "a,b", "--rsh", ssh, "--rendezvous", "127.0.0.1:0",
+		"--env", "X=it's  spaced", "--", "sh", "-c", `echo "rank $GOSHMEM_RANK of $GOSHMEM_SIZE: $X; \$1=$1"`, "zero", "arg with 'quotes'")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		`rank 0 of 2: it's  spaced; $1=arg with 'quotes'`,
+		`rank 1 of 2: it's  spaced; $1=arg with 'quotes'`,
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("output %q lacks %q", out, want)
+		}
+	}
+}
+
+// goshrunBin runs the goshrun binary bin (a real process, for the remote
+// shell to start again).
+func goshrunBin(t *testing.T, bin string, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr scenario.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := cmd.ProcessState.ExitCode()
+	if err != nil && code < 0 {
+		t.Fatal(err)
+	}
+	return code, stdout.String(), stderr.String()
+}
