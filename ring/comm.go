@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"sync/atomic"
 
@@ -76,6 +77,9 @@ type Comm struct {
 	world []int // team rank → world PE
 	rank  []int // world PE → team rank, or -1
 
+	sub       bool        // made by Sub: shares the lanes of the Comm it came from
+	subClosed atomic.Bool // a sub-Comm's Close has run
+
 	// Guarded by the engine's gate.
 	unexp  []*entry   // arrived, not yet received: in arrival order
 	posted []*request // receives and probes waiting, in posting order
@@ -83,8 +87,8 @@ type Comm struct {
 
 // NewComm creates a Comm over team t (collective over t). The team must
 // contain every PE of the job: a Comm's lanes are symmetric objects,
-// which only a job-wide Malloc creates (ErrInvalid otherwise; see
-// docs/ring.md). Its lanes cost each PE about (NPEs-1) × 20 × 66 KiB of
+// which only a job-wide Malloc creates (ErrInvalid otherwise; a smaller
+// team gets its Comm from Sub; see docs/ring.md). Its lanes cost each PE about (NPEs-1) × 20 × 66 KiB of
 // heap; in a smaller heap the eager limit shrinks (EagerLimit), and
 // below 4 KiB NewComm fails with ErrHeapExhausted on every PE.
 func NewComm(t *shmem.Team) (*Comm, error) { return newCommCap(t, QueueCap) }
@@ -97,7 +101,7 @@ func newCommCap(t *shmem.Team, queueCap int) (*Comm, error) {
 	}
 	pe := t.PE()
 	if t.NPEs() != pe.NPEs() {
-		return nil, fmt.Errorf("ring: NewComm over a team of %d of the job's %d PEs: a Comm needs a team of every PE (its lanes are job-wide symmetric objects): %w",
+		return nil, fmt.Errorf("ring: NewComm over a team of %d of the job's %d PEs: a Comm needs a team of every PE (its lanes are job-wide symmetric objects; Sub of such a Comm serves a smaller team): %w",
 			t.NPEs(), pe.NPEs(), shmem.ErrInvalid)
 	}
 	c := &Comm{team: t, me: t.MyPE(), n: t.NPEs(), world: make([]int, t.NPEs()), rank: make([]int, pe.NPEs())}
@@ -116,7 +120,7 @@ func newCommCap(t *shmem.Team, queueCap int) (*Comm, error) {
 		return nil, err
 	}
 	c.e = e
-	e.comm = c
+	e.comms[c.id] = c
 	return c, nil
 }
 
@@ -137,7 +141,93 @@ func (c *Comm) Close() error {
 	if c == nil || c.e == nil {
 		return fmt.Errorf("ring: Close of a nil Comm: %w", shmem.ErrInvalid)
 	}
+	if c.sub {
+		return c.closeSub()
+	}
 	return c.e.close()
+}
+
+// Sub creates a Comm over team t that shares c's lanes (collective over
+// t's members; c is a Comm over every PE, so t may be any team of the
+// job, a split sub-team included). Its ranks are t's, and its messages
+// never match another Comm's. Close it (collective over t) before c.
+// NewComm itself needs a team of every PE: a sub-team's members cannot
+// allocate symmetric memory without the other PEs.
+func (c *Comm) Sub(t *shmem.Team) (*Comm, error) {
+	if c == nil || c.e == nil {
+		return nil, fmt.Errorf("ring: Sub of a nil Comm: %w", shmem.ErrInvalid)
+	}
+	if t == nil || t.PE() != c.e.pe {
+		return nil, fmt.Errorf("ring: Sub over a nil team or one of another PE: %w", shmem.ErrInvalid)
+	}
+	e := c.e
+	sc := &Comm{e: e, team: t, me: t.MyPE(), n: t.NPEs(), world: make([]int, t.NPEs()), rank: make([]int, e.npes), sub: true}
+	for i := range sc.rank {
+		sc.rank[i] = -1
+	}
+	for i := range sc.world {
+		w := t.WorldPE(i)
+		if w < 0 {
+			return nil, fmt.Errorf("ring: Sub: member %d of the team has no world PE: %w", i, shmem.ErrInvalid)
+		}
+		sc.world[i], sc.rank[w] = w, i
+	}
+	// The id: a hash of the member list and how many sub-Comms this PE
+	// made over that list before, the same on every member because Sub
+	// is collective over them.
+	key := fmt.Sprint(sc.world)
+	if err := e.lock(); err != nil {
+		return nil, err
+	}
+	e.subSeq[key]++
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%d", key, e.subSeq[key])
+	sc.id = h.Sum32() | 1 // never 0, the root's
+	if e.comms[sc.id] != nil {
+		e.unlock()
+		return nil, fmt.Errorf("ring: Sub: comm id %#x is taken on PE %d (a hash collision; create it again): %w", sc.id, e.me, shmem.ErrInvalid)
+	}
+	e.comms[sc.id] = sc
+	e.unlock()
+	// Nobody sends to a member before every member has it.
+	if err := t.Sync(); err != nil {
+		if e.lock() == nil {
+			delete(e.comms, sc.id)
+			e.unlock()
+		}
+		return nil, fmt.Errorf("ring: Sub: %w", err)
+	}
+	return sc, nil
+}
+
+// closeSub closes a sub-Comm: every member meets, then it forgets the
+// sub-Comm and what it still held.
+func (c *Comm) closeSub() error {
+	if c.subClosed.Swap(true) {
+		return fmt.Errorf("ring: the Comm on PE %d is already closed: %w", c.e.me, shmem.ErrFinalized)
+	}
+	err := c.team.Sync()
+	if lerr := c.e.lock(); lerr != nil {
+		return lerr
+	}
+	for _, ent := range c.unexp {
+		if ent.rdv {
+			delete(c.e.rdvIn, rdvKey{ent.wsrc, ent.slot})
+			c.e.queued -= entryCost
+			if ent.buffering {
+				c.e.queued -= ent.bytes
+			}
+		} else {
+			c.e.queued -= ent.bytes + entryCost
+		}
+	}
+	c.unexp, c.posted = nil, nil
+	delete(c.e.comms, c.id)
+	c.e.unlock()
+	if err != nil {
+		return fmt.Errorf("ring: Close: %w", err)
+	}
+	return nil
 }
 
 // usable checks c, ctx and the PE before a call.
@@ -148,7 +238,7 @@ func (c *Comm) usable(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("ring: nil context: %w", shmem.ErrInvalid)
 	}
-	if c.e.closed.Load() {
+	if c.e.closed.Load() || c.subClosed.Load() {
 		return fmt.Errorf("ring: the Comm on PE %d is closed: %w", c.e.me, shmem.ErrFinalized)
 	}
 	return ctx.Err()
@@ -292,5 +382,3 @@ func SendRecv[T shmem.Elem](ctx context.Context, c *Comm, to, sendTag int, v []T
 func (e *engine) closedErr() error {
 	return fmt.Errorf("ring: the Comm on PE %d is closed: %w", e.me, shmem.ErrFinalized)
 }
-
-var _ = atomic.LoadUint64 // the engine's waits read the doorbell with atomic loads

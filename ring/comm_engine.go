@@ -33,7 +33,8 @@ type engine struct {
 	closed   atomic.Bool
 
 	// guarded by the gate:
-	comm     *Comm // the engine's one Comm (id 0)
+	comms    map[uint32]*Comm  // by id: the root Comm (0) and its live sub-Comms
+	subSeq   map[string]uint32 // sub-Comms created so far over each member list
 	batch    []Message
 	lanes    []inLane // by source world PE
 	queued   int      // bytes charged to the cap
@@ -150,7 +151,7 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 	}
 	e := &engine{pe: pe, me: me, npes: n, gate: gate, r: r, bell: r.bell, bellWord: r.bellWord, rdv: rdv, rdvLocal: rdv.Local(),
 		spin: !info.Oversubscribed, eagerMax: frag, cap: queueCap,
-		lanes: make([]inLane, n), rdvIn: map[rdvKey]*entry{},
+		comms: map[uint32]*Comm{}, subSeq: map[string]uint32{}, lanes: make([]inLane, n), rdvIn: map[rdvKey]*entry{},
 		batch: make([]Message, 0, 64)}
 	e.longSpin = e.spin
 	for p := range n {
@@ -386,7 +387,12 @@ func (e *engine) enough() bool {
 	if e.cur == nil || !e.cur.done {
 		return false
 	}
-	return len(e.comm.posted) == 0
+	for _, c := range e.comms {
+		if len(c.posted) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // processed records that message seq from src is taken care of and
@@ -412,8 +418,13 @@ func (e *engine) handle(src int, m Message) (bool, error) {
 	if err != nil {
 		return true, fmt.Errorf("ring: Comm on PE %d: message %d from PE %d: %w", e.me, m.Seq, src, err)
 	}
-	c := e.comm
-	if h.comm != c.id || c.rank[src] < 0 {
+	c := e.comms[h.comm]
+	if c == nil {
+		// A sub-Comm closed here with messages still on their way
+		// (Close drops what was not received).
+		return true, nil
+	}
+	if c.rank[src] < 0 {
 		return true, fmt.Errorf("ring: Comm on PE %d: message %d from PE %d names comm %d, which this PE does not have: %w", e.me, m.Seq, src, h.comm, shmem.ErrProtocol)
 	}
 	rs := c.rank[src]

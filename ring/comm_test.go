@@ -534,7 +534,8 @@ var _ = register("comm-goroutines", func(pe *shmem.PE) error {
 func TestCommGoroutines(t *testing.T) { each(t, "comm-goroutines", 2, 3) }
 
 // comm-team: a Comm over a split team numbers ranks the team's way (here
-// the world reversed), and a team of fewer PEs than the job is refused.
+// the world reversed); a team of fewer PEs than the job is refused by
+// NewComm and served by Sub, beside the world Comm.
 var _ = register("comm-team", func(pe *shmem.PE) error {
 	n := pe.NPEs()
 	rev, err := pe.World().Split(n-1, -1, n)
@@ -566,22 +567,77 @@ var _ = register("comm-team", func(pe *shmem.PE) error {
 	if err := c.Close(); err != nil {
 		return err
 	}
-	half, err := pe.World().Split(0, 1, n/2)
+	// A sub-team: NewComm refuses it; Sub of a world Comm serves it.
+	// The even PEs and the odd PEs each get a sub-Comm, alive at once
+	// with the world Comm, and the same tags on all three must not mix.
+	world, err := NewComm(pe.World())
 	if err != nil {
 		return err
 	}
-	if half != nil {
-		if _, err := NewComm(half); !errors.Is(err, shmem.ErrInvalid) {
-			return fmt.Errorf("NewComm over %d of %d PEs: %v", half.NPEs(), n, err)
+	evens, err := pe.World().Split(0, 2, (n+1)/2)
+	if err != nil {
+		return err
+	}
+	odds, err := pe.World().Split(1, 2, n/2)
+	if err != nil {
+		return err
+	}
+	parity := evens
+	if pe.MyPE()%2 == 1 {
+		parity = odds
+	}
+	if parity.NPEs() < n {
+		if _, err := NewComm(parity); !errors.Is(err, shmem.ErrInvalid) {
+			return fmt.Errorf("NewComm over %d of %d PEs: %v", parity.NPEs(), n, err)
 		}
-		if err := half.Destroy(); err != nil {
+	}
+	sub, err := world.Sub(parity)
+	if err != nil {
+		return err
+	}
+	sm, sn := sub.Rank(), sub.Size()
+	if sm != pe.MyPE()/2 {
+		return fmt.Errorf("sub-Comm rank %d on PE %d", sm, pe.MyPE())
+	}
+	wme := world.Rank()
+	for k, size := range []int{7, world.EagerLimit() + 7} {
+		// The world ring shift and the sub-team's, on the same tag.
+		wdst, sdst := make([]byte, size), make([]byte, size)
+		st, err := SendRecv(bg(), world, (wme+1)%n, 9, fillMsg(make([]byte, size), wme, 9, k), (wme+n-1)%n, 9, wdst)
+		if err != nil || st != (Status{Source: (wme + n - 1) % n, Tag: 9, Bytes: size}) {
+			return fmt.Errorf("world SendRecv: %+v, %v", st, err)
+		}
+		if err := checkMsg(wdst, (wme+n-1)%n, 9, k); err != nil {
 			return err
+		}
+		st, err = SendRecv(bg(), sub, (sm+1)%sn, 9, fillMsg(make([]byte, size), 100+sm, 9, k), AnySource, AnyTag, sdst)
+		if err != nil || st != (Status{Source: (sm + sn - 1) % sn, Tag: 9, Bytes: size}) {
+			return fmt.Errorf("sub-Comm SendRecv: %+v, %v", st, err)
+		}
+		if err := checkMsg(sdst, 100+st.Source, 9, k); err != nil {
+			return err
+		}
+	}
+	if err := sub.Close(); err != nil {
+		return err
+	}
+	if err := Send(bg(), sub, 0, 0, []byte{1}); !errors.Is(err, shmem.ErrFinalized) {
+		return fmt.Errorf("Send on a closed sub-Comm: %v", err)
+	}
+	if err := closeComm(pe, world); err != nil {
+		return err
+	}
+	for _, t := range []*shmem.Team{odds, evens} {
+		if t != nil {
+			if err := t.Destroy(); err != nil {
+				return err
+			}
 		}
 	}
 	return rev.Destroy()
 })
 
-func TestCommTeam(t *testing.T) { each(t, "comm-team", 2, 3) }
+func TestCommTeam(t *testing.T) { each(t, "comm-team", 2, 3, 5) }
 
 // comm-cap: the unexpected queue's cap. PE 1's queue may hold 8 KiB; PE
 // 0 sends 20 messages of 1 KiB with tag 1, then one with tag 2. A Recv

@@ -18,7 +18,7 @@ import (
 //	               (its sender gave up a matched rendezvous message)
 //	1       1      kind: the element kind (reflect.Kind of the element type)
 //	2       2      zero
-//	4       4      comm: the Comm's id (0 for a Comm over a team of every PE)
+//	4       4      comm: the Comm's id (0 for NewComm's, else a sub-Comm's: see Sub)
 //	8       4      tag (eager, rts); zero (frag)
 //	12      4      eager: zero. rts, frag, abort: the sender's rendezvous slot
 //	16      8      rts: the message's length in bytes. frag: the offset of

@@ -51,7 +51,9 @@
 //
 // Messages up to EagerMax (64 KiB) are eager; longer ones move, once a
 // receive has matched them, in pieces through the lanes' bulk areas
-// (rendezvous). docs/ring.md ("Comm") has the protocol and its bounds.
+// (rendezvous). NewComm needs a team of every PE; c.Sub(t) gives any
+// smaller team a Comm on the same lanes. docs/ring.md ("Comm") has the
+// protocol and its bounds.
 //
 // Caveats:
 //   - In Safe mode a Message's Data aliases the receiver's heap (the
