@@ -248,13 +248,9 @@ func (w *waiter) wait(ctx context.Context, e *engine, seen uint64) error {
 		return e.closedErr()
 	}
 	if e.spin {
-		if err := e.enter(); err != nil {
+		moved, err := e.spinFor(seen)
+		if err != nil || moved {
 			return err
-		}
-		moved := e.spinFor(seen)
-		e.exit()
-		if moved {
-			return nil
 		}
 	}
 	if w.stop == nil && ctx.Done() != nil {
@@ -278,32 +274,40 @@ func (w *waiter) done() {
 // spinFor loads the doorbell for up to about commSpin until it is not seen,
 // and meanwhile the pub words of up to spinLanes incoming lanes: a
 // message is published there one step before its doorbell rings, so a
-// ping-pong sees it one cache-line transfer sooner. It holds the gate.
-func (e *engine) spinFor(seen uint64) bool {
+// ping-pong sees it one cache-line transfer sooner. It holds the gate
+// for recvSpin loads at a time, so that the PE's other goroutines get
+// their turns while it spins.
+func (e *engine) spinFor(seen uint64) (bool, error) {
 	var snap [spinLanes]uint64
-	pubs := e.pubs
-	for i, p := range pubs {
-		snap[i] = atomic.LoadUint64(p)
-	}
 	var start time.Time
-	for n := 1; ; n++ {
-		if atomic.LoadUint64(e.bellWord) != seen {
-			return true
+	for chunk := 0; ; chunk++ {
+		if err := e.enter(); err != nil {
+			return false, err
 		}
-		for i, p := range pubs {
-			if atomic.LoadUint64(p) != snap[i] {
-				return true
+		pubs := e.pubs
+		if chunk == 0 {
+			for i, p := range pubs {
+				snap[i] = atomic.LoadUint64(p)
 			}
 		}
-		if n%recvSpin == 0 {
-			if !e.longSpin {
-				return false
+		for range recvSpin {
+			moved := atomic.LoadUint64(e.bellWord) != seen
+			for i, p := range pubs {
+				moved = moved || atomic.LoadUint64(p) != snap[i]
 			}
-			if start.IsZero() {
-				start = time.Now()
-			} else if time.Since(start) > commSpin {
-				return false
+			if moved {
+				e.exit()
+				return true, nil
 			}
+		}
+		e.exit()
+		if !e.longSpin {
+			return false, nil
+		}
+		if start.IsZero() {
+			start = time.Now()
+		} else if time.Since(start) > commSpin {
+			return false, nil
 		}
 	}
 }
