@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goshmem/goshmem/internal/scenario"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -160,6 +159,69 @@ func randomScenario(pe *shmem.PE) error {
 	if err != nil {
 		return err
 	}
+	if err := randomOn(pe, c, seed); err != nil {
+		return err
+	}
+	return closeComm(pe, c)
+}
+
+// randomSubScenario is randomScenario on a sub-Comm over the world
+// reversed (other ranks, another comm id), while the world Comm it came
+// from carries a ring shift on the same tags.
+func randomSubScenario(pe *shmem.PE) error {
+	seed, err := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
+	if err != nil {
+		return fmt.Errorf("%s: %v", envSeed, err)
+	}
+	world, err := NewComm(pe.World())
+	if err != nil {
+		return err
+	}
+	n := pe.NPEs()
+	rev, err := pe.World().Split(n-1, -1, n)
+	if err != nil {
+		return err
+	}
+	sub, err := world.Sub(rev)
+	if err != nil {
+		return err
+	}
+	shift := make(chan error, 1)
+	go func() {
+		me := world.Rank()
+		dst := make([]byte, 100)
+		for k := range 20 {
+			st, err := SendRecv(bg(), world, (me+1)%n, k%4, fillMsg(make([]byte, 100), me, k%4, k), (me+n-1)%n, k%4, dst)
+			if err == nil && st.Bytes != 100 {
+				err = fmt.Errorf("status %+v", st)
+			}
+			if err == nil {
+				err = checkMsg(dst, (me+n-1)%n, k%4, k)
+			}
+			if err != nil {
+				shift <- fmt.Errorf("the world Comm's shift %d: %w", k, err)
+				return
+			}
+		}
+		shift <- nil
+	}()
+	if err := randomOn(pe, sub, seed); err != nil {
+		return err
+	}
+	if err := <-shift; err != nil {
+		return err
+	}
+	if err := sub.Close(); err != nil {
+		return err
+	}
+	if err := closeComm(pe, world); err != nil {
+		return err
+	}
+	return rev.Destroy()
+}
+
+// randomOn runs the randomized exchange on c, checked by the model.
+func randomOn(pe *shmem.PE, c *Comm, seed uint64) error {
 	n, me, eager := c.Size(), c.Rank(), c.EagerLimit()
 	plan := randomPlan(seed, n, eager, scaled(60, 4))
 	var wg sync.WaitGroup
@@ -184,10 +246,7 @@ func randomScenario(pe *shmem.PE) error {
 		// a receive that will not come. The job fails anyway.
 		return fmt.Errorf("seed %d: %w", seed, err)
 	}
-	if err := firstErr(&wg, errs); err != nil {
-		return err
-	}
-	return closeComm(pe, c)
+	return firstErr(&wg, errs)
 }
 
 // receiveRandom receives everything m expects with random
@@ -296,7 +355,10 @@ func (m *model) check(st Status, from, tag int, data []byte) error {
 	return nil
 }
 
-var _ = register("comm-random", randomScenario)
+var (
+	_ = register("comm-random", randomScenario)
+	_ = register("comm-random-sub", randomSubScenario)
+)
 
 func TestCommRandom(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
@@ -310,20 +372,20 @@ func TestCommRandom(t *testing.T) {
 	t.Setenv(envSeed, strconv.FormatUint(seed, 10))
 	for _, r := range routes {
 		for _, n := range []int{2, 3} {
-			t.Run(r.name+"/"+strconv.Itoa(n), func(t *testing.T) {
-				var err error
-				if r.name == "processes" {
-					err = scenarios.Processes(n, "comm-random", nil, envSmall+"="+map[bool]string{false: "0", true: "1"}[small],
-						envSeed+"="+strconv.FormatUint(seed, 10))
-				} else {
-					err = r.run(t, n, "comm-random", randomScenario)
-				}
-				if err != nil {
-					t.Fatalf("seed %d: %v", seed, err)
-				}
-			})
+			for _, name := range []string{"comm-random", "comm-random-sub"} {
+				t.Run(r.name+"/"+strconv.Itoa(n)+"/"+name, func(t *testing.T) {
+					var err error
+					if r.name == "processes" {
+						err = scenarios.Processes(n, name, nil, envSmall+"="+map[bool]string{false: "0", true: "1"}[small],
+							envSeed+"="+strconv.FormatUint(seed, 10))
+					} else {
+						err = r.run(t, n, name, scenarios.Get(name))
+					}
+					if err != nil {
+						t.Fatalf("seed %d: %v", seed, err)
+					}
+				})
+			}
 		}
 	}
 }
-
-var _ = scenario.Check
