@@ -390,81 +390,49 @@ func qKind(k byte) string {
 	return "?"
 }
 
-// qState is a run as the explorer holds it: the choices that reach it.
-type qState struct {
-	path   []int
-	key    string
-	bad    string
-	end    string
-	labels []string
-	actors []int
-	show   string
-}
-
 type qModel struct {
 	mutant  string
 	replays int
 	ends    map[string]bool // end states: whether Flush returned nil
-	grants  int             // most hand-overs to a follower in one run
+	grants  int             // most hand-overs to a follower in a run that ended
 }
 
-func (m *qModel) reach(path []int) qState {
-	m.replays++
-	w := newQWorld(m.mutant)
-	for _, i := range path {
-		w.moves()[i].do()
+// qRun is a run as explore.Replay drives it.
+type qRun struct {
+	w *qWorld
+	m *qModel
+}
+
+func (r qRun) Moves() []explore.Move {
+	ms := r.w.moves()
+	out := make([]explore.Move, len(ms))
+	for i, mv := range ms {
+		out[i] = explore.Move{Actor: mv.actor, Label: mv.label, Do: mv.do}
 	}
-	s := qState{path: path, key: w.key()}
-	m.grants = max(m.grants, w.grants)
-	if err := w.check(); err != nil {
-		s.bad = err.Error()
+	return out
+}
+
+func (r qRun) Key() string  { return r.w.key() }
+func (r qRun) Check() error { return r.w.check() }
+func (r qRun) Close()       {}
+
+func (r qRun) End() error {
+	if r.m.ends == nil {
+		r.m.ends = map[string]bool{}
 	}
-	ms := w.moves()
-	for _, mv := range ms {
-		s.labels = append(s.labels, mv.label)
-		s.actors = append(s.actors, mv.actor)
-	}
-	if len(ms) == 0 && s.bad == "" {
-		if err := w.end(); err != nil {
-			s.end = err.Error()
-		}
-		if m.ends == nil {
-			m.ends = map[string]bool{}
-		}
-		m.ends[s.key] = w.result == nil
-	}
-	s.show = fmt.Sprintf("applied %v, written %v, Flush returned %v (%v), GET returned %v (%v), failed %v", w.applied, w.written, w.returned, w.result, w.getDone, w.getErr, w.failed)
-	return s
+	r.m.ends[r.w.key()] = r.w.result == nil
+	r.m.grants = max(r.m.grants, r.w.grants)
+	return r.w.end()
+}
+
+func (r qRun) Show() string {
+	w := r.w
+	return fmt.Sprintf("applied %v, written %v, Flush returned %v (%v), GET returned %v (%v), failed %v",
+		w.applied, w.written, w.returned, w.result, w.getDone, w.getErr, w.failed)
 }
 
 func (m *qModel) explore() (explore.Result, error) {
-	return explore.Explore(explore.Model[qState, string]{
-		Init: m.reach(nil),
-		Key:  func(s qState) string { return s.key },
-		Steps: func(s qState) []explore.Step[qState] {
-			if s.bad != "" {
-				return nil
-			}
-			out := make([]explore.Step[qState], len(s.labels))
-			for i, l := range s.labels {
-				out[i] = explore.Step[qState]{Actor: s.actors[i], Label: l, Next: m.reach(append(append([]int(nil), s.path...), i))}
-			}
-			return out
-		},
-		Check: func(s qState) error {
-			if s.bad != "" {
-				return errors.New(s.bad)
-			}
-			return nil
-		},
-		Final: func(s qState) error {
-			if s.end != "" {
-				return errors.New(s.end)
-			}
-			return nil
-		},
-		Show: func(s qState) string { return s.show },
-	}, explore.Bound{States: 2_000_000})
+	return explore.Replay(func() explore.World { return qRun{newQWorld(m.mutant), m} }, explore.Bound{States: 2_000_000}, &m.replays)
 }
 
 // TestExploreQuiet: every interleaving of the Flush above.

@@ -414,17 +414,6 @@ func (w *lkWorld) end() string {
 	return ""
 }
 
-// lkState is a state as the explorer holds it: the choices that reach it.
-type lkState struct {
-	moves   []lkMove
-	enabled []lkMove // the moves from here, and their labels
-	labels  []string
-	key     string
-	bad     string
-	stuck   string
-	show    string
-}
-
 type lkModel struct {
 	rounds  [lkPEs]int // SetLock/ClearLock pairs of each PE
 	timerPE int
@@ -432,57 +421,43 @@ type lkModel struct {
 	replays int
 }
 
-// reach replays moves in a fresh run and describes where it ends.
-func (m *lkModel) reach(moves []lkMove) lkState {
-	m.replays++
-	w := newLkWorld(m)
-	defer w.abort()
-	for _, mv := range moves {
-		w.apply(mv)
-	}
-	s := lkState{moves: moves, key: w.key(), bad: w.bad}
-	s.enabled, s.labels = w.moves()
-	if len(s.enabled) == 0 && s.bad == "" {
-		s.stuck = w.end()
-	}
-	s.show = fmt.Sprintf("words %v, held %v, results %v", w.mem, w.held, w.results)
-	return s
-}
+// lkRun is a run as explore.Replay drives it.
+type lkRun struct{ w *lkWorld }
 
-func (m *lkModel) steps(s lkState) []explore.Step[lkState] {
-	if s.bad != "" {
-		return nil
-	}
-	ms, labels := s.enabled, s.labels
-	out := make([]explore.Step[lkState], len(ms))
+func (r lkRun) Moves() []explore.Move {
+	ms, labels := r.w.moves()
+	out := make([]explore.Move, len(ms))
 	for i, mv := range ms {
-		next := append(append([]lkMove(nil), s.moves...), mv)
-		out[i] = explore.Step[lkState]{Actor: mv.actor, Label: labels[i], Next: m.reach(next)}
+		out[i] = explore.Move{Actor: mv.actor, Label: labels[i], Do: func() { r.w.apply(mv) }}
 	}
 	return out
+}
+
+func (r lkRun) Key() string { return r.w.key() }
+func (r lkRun) Close()      { r.w.abort() }
+
+func (r lkRun) Check() error {
+	if r.w.bad != "" {
+		return errors.New(r.w.bad)
+	}
+	return nil
+}
+
+func (r lkRun) End() error {
+	if e := r.w.end(); e != "" {
+		return errors.New(e)
+	}
+	return nil
+}
+
+func (r lkRun) Show() string {
+	return fmt.Sprintf("words %v, held %v, results %v", r.w.mem, r.w.held, r.w.results)
 }
 
 func (m *lkModel) explore() (explore.Result, error) {
 	// One goroutine runs at a time: hand-overs on one P are direct.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	return explore.Explore(explore.Model[lkState, string]{
-		Init:  m.reach(nil),
-		Key:   func(s lkState) string { return s.key },
-		Steps: m.steps,
-		Check: func(s lkState) error {
-			if s.bad != "" {
-				return errors.New(s.bad)
-			}
-			return nil
-		},
-		Final: func(s lkState) error {
-			if s.stuck != "" {
-				return errors.New(s.stuck)
-			}
-			return nil
-		},
-		Show: func(s lkState) string { return s.show },
-	}, explore.Bound{States: 5_000_000})
+	return explore.Replay(func() explore.World { return lkRun{newLkWorld(m)} }, explore.Bound{States: 5_000_000}, &m.replays)
 }
 
 // lkRounds is how often each PE takes the lock: the PE that may time

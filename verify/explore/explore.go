@@ -25,6 +25,10 @@
 // Model.CheckLocal makes the explorer test the commutation claim in
 // every state where it relies on it.
 //
+// Replay (replay.go) explores systems whose state cannot be copied, such
+// as real goroutines blocked in real code, by replaying the choices that
+// reach each state.
+//
 // Caveats: the explorer holds every visited key in memory; Bound keeps
 // a run from growing without end, and a run cut by the bound says so
 // (Result.Truncated), it is not a proof.
