@@ -212,7 +212,7 @@ func (c *Comm) closeSub() error {
 	}
 	for _, ent := range c.unexp {
 		if ent.rdv {
-			delete(c.e.rdvIn, rdvKey{ent.wsrc, ent.slot})
+			c.e.forget(ent)
 			c.e.queued -= entryCost
 			if ent.buffering {
 				c.e.queued -= ent.bytes

@@ -499,7 +499,7 @@ func (e *engine) handle(src int, m Message) (bool, error) {
 // arrived: the last frag of rendezvous message ent is in.
 func (c *Comm) arrived(ent *entry) {
 	e := c.e
-	delete(e.rdvIn, rdvKey{ent.wsrc, ent.slot})
+	e.forget(ent)
 	if q := ent.taker; q != nil {
 		c.remove(ent)
 		q.ent = nil
@@ -686,7 +686,7 @@ func (c *Comm) cancel(q *request) error {
 		ent.buffering = true
 		e.queued += ent.bytes
 		if ent.got == ent.bytes {
-			delete(e.rdvIn, rdvKey{ent.wsrc, ent.slot})
+			e.forget(ent)
 			ent.rdv, ent.buffering = false, false
 		}
 		return nil
@@ -734,9 +734,18 @@ func (c *Comm) remove(ent *entry) {
 	}
 }
 
+// forget takes ent out of rdvIn if it is still the entry of its slot
+// there: once its sender reused the slot, a newer message's rts has
+// replaced it, and that one's frags must still find their entry.
+func (e *engine) forget(ent *entry) {
+	if k := (rdvKey{ent.wsrc, ent.slot}); e.rdvIn[k] == ent {
+		delete(e.rdvIn, k)
+	}
+}
+
 // drop forgets a rendezvous message (its sender cancelled it).
 func (c *Comm) drop(ent *entry) {
-	delete(c.e.rdvIn, rdvKey{ent.wsrc, ent.slot})
+	c.e.forget(ent)
 	if ent.taker != nil {
 		ent.taker.ent = nil
 		ent.taker = nil

@@ -744,3 +744,111 @@ func TestCommTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// comm-ctx-stream: contexts ending at any point of a rendezvous
+// transfer, on both sides. PE 0 sends 24 large messages on tag 1, each
+// with a deadline of its own (from 0.1 ms up), and reports on tag 2
+// whether each Send returned nil. PE 1 receives tag 1 in a goroutine
+// with deadlines of its own, retrying each receive that ends by its
+// deadline. Whatever the timing (before the match, mid-stream, after the
+// last frag), the messages PE 1 gets must be exactly those whose Send
+// returned nil, in order and intact, and a receive that ended must have
+// consumed nothing.
+var _ = register("comm-ctx-stream", func(pe *shmem.PE) error {
+	c, err := NewComm(pe.World())
+	if err != nil {
+		return err
+	}
+	const count = 24
+	size := 4 << 20
+	if small {
+		size = 1 << 20
+	}
+	switch c.Rank() {
+	case 0:
+		for k := 0; k < count; k++ {
+			ctx, cancel := context.WithTimeout(bg(), time.Duration(100+k*k*40)*time.Microsecond)
+			err := Send(ctx, c, 1, 1, fillMsg(make([]byte, size), 0, 1, k))
+			cancel()
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("Send %d: %w", k, err)
+			}
+			ok := []int32{int32(k), 0}
+			if err == nil {
+				ok[1] = 1
+			}
+			if err := Send(bg(), c, 1, 2, ok); err != nil {
+				return err
+			}
+		}
+		// The end: a small message on tag 1.
+		if err := Send(bg(), c, 1, 1, []byte("end")); err != nil {
+			return err
+		}
+	case 1:
+		got := make(chan []int, 1)
+		errc := make(chan error, 1)
+		go func() {
+			var ids []int
+			dst := make([]byte, size)
+			for try := 0; ; try++ {
+				ctx, cancel := context.WithTimeout(bg(), time.Duration(200+(try%9)*300)*time.Microsecond)
+				st, err := Recv(ctx, c, 0, 1, dst)
+				cancel()
+				if errors.Is(err, context.DeadlineExceeded) {
+					continue // nothing consumed: the next receive gets it
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+				if st.Bytes == 3 && string(dst[:3]) == "end" {
+					got <- ids
+					return
+				}
+				if st.Bytes != size {
+					errc <- fmt.Errorf("a tag-1 message of %d bytes", st.Bytes)
+					return
+				}
+				// Which message is it? Its first byte says (fillMsg).
+				k := -1
+				for j := 0; j < count; j++ {
+					if dst[0] == byte(0*31+1*17+j*5) && checkMsg(dst, 0, 1, j) == nil {
+						k = j
+						break
+					}
+				}
+				if k < 0 {
+					errc <- fmt.Errorf("a tag-1 message that is none of those sent (mangled)")
+					return
+				}
+				ids = append(ids, k)
+			}
+		}()
+		var delivered []int
+		for k := 0; k < count; k++ {
+			var rep [2]int32
+			if _, err := Recv(bg(), c, 0, 2, rep[:]); err != nil {
+				return err
+			}
+			if rep[0] != int32(k) {
+				return fmt.Errorf("report %d for message %d", rep[0], k)
+			}
+			if rep[1] == 1 {
+				delivered = append(delivered, k)
+			}
+		}
+		var ids []int
+		select {
+		case err := <-errc:
+			return err
+		case ids = <-got:
+		}
+		if fmt.Sprint(ids) != fmt.Sprint(delivered) {
+			return fmt.Errorf("received messages %v, but the Sends that returned nil were %v", ids, delivered)
+		}
+	}
+	return closeComm(pe, c)
+})
+
+func TestCommCtxStream(t *testing.T) { each(t, "comm-ctx-stream", 2) }
