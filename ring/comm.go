@@ -104,16 +104,9 @@ func newCommCap(t *shmem.Team, queueCap int) (*Comm, error) {
 		return nil, fmt.Errorf("ring: NewComm over a team of %d of the job's %d PEs: a Comm needs a team of every PE (its lanes are job-wide symmetric objects; Sub of such a Comm serves a smaller team): %w",
 			t.NPEs(), pe.NPEs(), shmem.ErrInvalid)
 	}
-	c := &Comm{team: t, me: t.MyPE(), n: t.NPEs(), world: make([]int, t.NPEs()), rank: make([]int, pe.NPEs())}
-	for i := range c.rank {
-		c.rank[i] = -1
-	}
-	for i := range c.world {
-		w := t.WorldPE(i)
-		if w < 0 {
-			return nil, fmt.Errorf("ring: NewComm: member %d of the team has no world PE: %w", i, shmem.ErrInvalid)
-		}
-		c.world[i], c.rank[w] = w, i
+	c, err := commOver(t, pe.NPEs())
+	if err != nil {
+		return nil, err
 	}
 	e, err := newEngine(pe, queueCap)
 	if err != nil {
@@ -121,6 +114,23 @@ func newCommCap(t *shmem.Team, queueCap int) (*Comm, error) {
 	}
 	c.e = e
 	e.comms[c.id] = c
+	return c, nil
+}
+
+// commOver is a Comm over team t of a job of npes PEs, its rank maps
+// filled in.
+func commOver(t *shmem.Team, npes int) (*Comm, error) {
+	c := &Comm{team: t, me: t.MyPE(), n: t.NPEs(), world: make([]int, t.NPEs()), rank: make([]int, npes)}
+	for i := range c.rank {
+		c.rank[i] = -1
+	}
+	for i := range c.world {
+		w := t.WorldPE(i)
+		if w < 0 {
+			return nil, fmt.Errorf("ring: member %d of the team has no world PE: %w", i, shmem.ErrInvalid)
+		}
+		c.world[i], c.rank[w] = w, i
+	}
 	return c, nil
 }
 
@@ -161,17 +171,11 @@ func (c *Comm) Sub(t *shmem.Team) (*Comm, error) {
 		return nil, fmt.Errorf("ring: Sub over a nil team or one of another PE: %w", shmem.ErrInvalid)
 	}
 	e := c.e
-	sc := &Comm{e: e, team: t, me: t.MyPE(), n: t.NPEs(), world: make([]int, t.NPEs()), rank: make([]int, e.npes), sub: true}
-	for i := range sc.rank {
-		sc.rank[i] = -1
+	sc, err := commOver(t, e.npes)
+	if err != nil {
+		return nil, err
 	}
-	for i := range sc.world {
-		w := t.WorldPE(i)
-		if w < 0 {
-			return nil, fmt.Errorf("ring: Sub: member %d of the team has no world PE: %w", i, shmem.ErrInvalid)
-		}
-		sc.world[i], sc.rank[w] = w, i
-	}
+	sc.e, sc.sub = e, true
 	// The id: a hash of the member list and how many sub-Comms this PE
 	// made over that list before, the same on every member because Sub
 	// is collective over them.
