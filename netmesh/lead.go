@@ -87,7 +87,8 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 			st.unqueueLocked(c)
 			st.rmu.Unlock()
 			if c.way != wayNone && !c.followed && c.err == nil && c.small() {
-				costs.record(c.way == wayPolled, c.explore, mono()-start)
+				now := mono()
+				costs.record(c.way == wayPolled, c.explore, now-start, now)
 			}
 			return c.err
 		case c.expired.Load():
@@ -350,7 +351,7 @@ func (st *stream) callerPolls(c *call, now int64) bool {
 		return true
 	}
 	if c.way == wayNone {
-		poll, explore := costs.choose()
+		poll, explore := costs.choose(now)
 		c.way, c.explore = wayParked, explore
 		if poll {
 			c.way = wayPolled

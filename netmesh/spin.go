@@ -128,7 +128,8 @@ func spinPaid() {
 //     behind another reader records, once its call completes, how long
 //     it waited, in one of two moving averages: polled or parked;
 //   - a caller polls while the polled average is no higher than the
-//     parked one (or either is still unknown); every exploreEvery-th
+//     parked one (or either is unknown: no sample yet, or none for
+//     costStale, as in a process that only puts and flushes); every exploreEvery-th
 //     caller takes the other way, so that the estimate of the way not
 //     taken follows the machine (its samples weigh more: exploreWeight);
 //   - followers, Mesh.Poll and the reader goroutine poll only while the
@@ -147,6 +148,7 @@ const (
 	exploreWeight = 1 // an exploring sample weighs 1/2
 	costCap       = int64(4 * busySpin)
 	costClip      = 4
+	costStale     = int64(100 * time.Millisecond)
 )
 
 // costs is the process's cost controller: like the pause, it reflects
@@ -154,31 +156,39 @@ const (
 var costs spinCosts
 
 type spinCosts struct {
-	polled, parked atomic.Int64  // moving averages of a small call's wait, ns; 0: no sample yet
-	calls          atomic.Uint32 // callers that chose
+	polled, parked     atomic.Int64  // moving averages of a small call's wait, ns; 0: no sample yet
+	polledAt, parkedAt atomic.Int64  // mono() time of each average's last sample
+	calls              atomic.Uint32 // callers that chose
 }
 
-// preferPoll reports whether polling is the cheaper way, as far as is known.
-func (s *spinCosts) preferPoll() bool {
+// preferPoll reports whether polling is the cheaper way at mono() time
+// now, as far as is known: an average with no sample for costStale is
+// not known any more. So a process that stops making small calls (one
+// that only puts and flushes) goes back to the policy's default, polling,
+// instead of keeping what a busier machine once measured.
+func (s *spinCosts) preferPoll(now int64) bool {
 	p, q := s.polled.Load(), s.parked.Load()
-	return p == 0 || q == 0 || p <= q
+	if p == 0 || q == 0 || now-s.polledAt.Load() > costStale || now-s.parkedAt.Load() > costStale {
+		return true
+	}
+	return p <= q
 }
 
-// choose is a caller's choice: poll (true) or park, and whether the
-// choice explores the way not preferred.
-func (s *spinCosts) choose() (poll, explore bool) {
-	pref := s.preferPoll()
+// choose is a caller's choice at mono() time now: poll (true) or park,
+// and whether the choice explores the way not preferred.
+func (s *spinCosts) choose(now int64) (poll, explore bool) {
+	pref := s.preferPoll(now)
 	if s.calls.Add(1)%exploreEvery == 0 {
 		return !pref, true
 	}
 	return pref, false
 }
 
-// record adds a sample of d ns for the way taken.
-func (s *spinCosts) record(poll, explore bool, d int64) {
-	avg := &s.parked
+// record adds a sample of d ns for the way taken, at mono() time now.
+func (s *spinCosts) record(poll, explore bool, d, now int64) {
+	avg, at := &s.parked, &s.parkedAt
 	if poll {
-		avg = &s.polled
+		avg, at = &s.polled, &s.polledAt
 	}
 	d = max(min(d, costCap), 1)
 	shift := costShift
@@ -186,18 +196,19 @@ func (s *spinCosts) record(poll, explore bool, d int64) {
 		shift = exploreWeight
 	}
 	old := avg.Load()
-	if old == 0 {
-		avg.Store(d)
-		return
+	if old == 0 || now-at.Load() > costStale {
+		avg.Store(d) // a first sample, or one after the average went stale
+	} else {
+		d = min(d, costClip*old)
+		avg.Store(old + (d-old)>>shift) // racing updates may drop a sample: it is an estimate
 	}
-	d = min(d, costClip*old)
-	avg.Store(old + (d-old)>>shift) // racing updates may drop a sample: it is an estimate
+	at.Store(now)
 }
 
 // spinOK reports whether the mesh's waits may spin (poll without giving
 // their processor away) at mono() time now.
 func (m *Mesh) spinOK(now int64) bool {
-	return m.spinAllowed(now) && (m.cfg.Spin == SpinOn || costs.preferPoll())
+	return m.spinAllowed(now) && (m.cfg.Spin == SpinOn || costs.preferPoll(now))
 }
 
 // spinAllowed is spinOK without the cost controller: the policy and the
@@ -214,7 +225,7 @@ func (m *Mesh) spinAllowed(now int64) bool {
 // yieldOK reports whether a Poll may poll while yielding its processor
 // after every look: SpinAuto on an oversubscribed machine, not paused.
 func (m *Mesh) yieldOK(now int64) bool {
-	return m.cfg.Spin == SpinAuto && m.oversub.Load() && now >= spinOff.Load() && costs.preferPoll()
+	return m.cfg.Spin == SpinAuto && m.oversub.Load() && now >= spinOff.Load() && costs.preferPoll(now)
 }
 
 func (l *Link) spinOK(now int64) bool { return l.m.spinOK(now) }

@@ -119,8 +119,8 @@ func TestPollPolicy(t *testing.T) {
 			}
 			// Callers measured parking cheaper: only SpinOn polls.
 			resetSpin()
-			costs.polled.Store(int64(300 * time.Microsecond))
-			costs.parked.Store(int64(50 * time.Microsecond))
+			costs.record(true, false, int64(300*time.Microsecond), mono())
+			costs.record(false, false, int64(50*time.Microsecond), mono())
 			defer resetSpin()
 			if got := m.Poll(time.Second, func() bool { return true }); got != (c.mode == SpinOn) {
 				t.Fatalf("with parking measured cheaper, Poll = %v", got)
@@ -153,22 +153,24 @@ func TestPollAllocs(t *testing.T) {
 }
 
 // The cost controller goes the cheaper way, follows the machine when
-// the costs change, and explores the other way exactly once every
-// exploreEvery calls.
+// the costs change, explores the other way exactly once every
+// exploreEvery calls, and forgets what it measured when the samples stop.
 func TestCostControllerFollowsCosts(t *testing.T) {
 	var s spinCosts
+	now := int64(time.Hour)                             // a mono() clock that each call advances by its cost
 	cost := map[bool]int64{true: 10_000, false: 50_000} // polled, parked (ns)
 	// run makes n calls at the current costs and returns how many polled.
 	run := func(n int) (polled, explored int) {
 		for range n {
-			poll, explore := s.choose()
+			poll, explore := s.choose(now)
 			if poll {
 				polled++
 			}
 			if explore {
 				explored++
 			}
-			s.record(poll, explore, cost[poll])
+			now += cost[poll]
+			s.record(poll, explore, cost[poll], now)
 		}
 		return polled, explored
 	}
@@ -183,6 +185,14 @@ func TestCostControllerFollowsCosts(t *testing.T) {
 	if p, e := run(10 * exploreEvery); p != e {
 		t.Fatalf("parking cheaper: %d of %d calls polled, want only the %d explorers", p, 10*exploreEvery, e)
 	}
+	// The process stops making small calls (it only puts and flushes):
+	// once the samples are stale, polling is the default again.
+	if s.preferPoll(now + costStale/2) {
+		t.Fatal("parking measured cheaper is forgotten too soon")
+	}
+	if !s.preferPoll(now + costStale + 1) {
+		t.Fatalf("parking measured cheaper is still preferred %v after the last sample", time.Duration(costStale))
+	}
 	// The other job ends: a few explorations bring polling back.
 	cost[true] = 10_000
 	run(4 * exploreEvery)
@@ -190,8 +200,8 @@ func TestCostControllerFollowsCosts(t *testing.T) {
 		t.Fatalf("polling cheaper again after 4 explorations: %d of %d calls polled", p, exploreEvery)
 	}
 	// One stall is clipped: it does not turn the choice.
-	s.record(true, false, int64(time.Second))
-	if !s.preferPoll() {
+	s.record(true, false, int64(time.Second), now)
+	if !s.preferPoll(now) {
 		t.Fatalf("one 1 s stall turned the choice: polled %d ns, parked %d ns", s.polled.Load(), s.parked.Load())
 	}
 }
