@@ -14,12 +14,13 @@ import (
 // engine is one PE's side of a Comm: a Safe ring with a lane between
 // every ordered pair of PEs (every sender rings the receiver's doorbell),
 // the rendezvous state words, and the matching state. Every field below
-// "guarded" is guarded by the gate (its team's mutex: see enter); a call
-// holds it only while it moves messages, never while it waits.
+// "guarded" is guarded by the gate (mu, taken with the PE held mapped:
+// see enter); a call holds it only while it moves messages, never while
+// it waits.
 type engine struct {
 	pe       *shmem.PE
 	me, npes int
-	gate     *shmem.Team // a private copy of the world team: holding it keeps this PE's memory mapped
+	mu       sync.Mutex // the gate's lock (enter)
 	r        *Ring
 	bell     shmem.Sym[uint64] // this PE's doorbell (the ring's)
 	bellWord *uint64
@@ -131,15 +132,8 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 			}
 		}
 	}
-	gate, err := pe.World().Split(0, 1, n)
-	if err != nil {
-		return nil, fmt.Errorf("ring: NewComm: %w", err)
-	}
 	r, err := newRingBell(pe, lanes, Safe, InlineMax, true)
 	if err != nil {
-		if derr := gate.Destroy(); derr != nil {
-			return nil, fmt.Errorf("ring: NewComm: %w (and destroying its team: %v)", err, derr)
-		}
 		return nil, fmt.Errorf("ring: NewComm: %w", err)
 	}
 	rdv, err := shmem.Malloc[uint64](pe, rdvSlots)
@@ -149,7 +143,7 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 		}
 		return nil, fmt.Errorf("ring: NewComm: %w", err)
 	}
-	e := &engine{pe: pe, me: me, npes: n, gate: gate, r: r, bell: r.bell, bellWord: r.bellWord, rdv: rdv, rdvLocal: rdv.Local(),
+	e := &engine{pe: pe, me: me, npes: n, r: r, bell: r.bell, bellWord: r.bellWord, rdv: rdv, rdvLocal: rdv.Local(),
 		spin: !info.Oversubscribed, eagerMax: frag, cap: queueCap,
 		comms: map[uint32]*Comm{}, subSeq: map[string]uint32{}, lanes: make([]inLane, n), rdvIn: map[rdvKey]*entry{},
 		batch: make([]Message, 0, 64)}
@@ -178,31 +172,33 @@ func (e *engine) close() error {
 	if ferr := shmem.Free(e.rdv); err == nil && ferr != nil {
 		err = fmt.Errorf("ring: Comm Close on PE %d: %w", e.me, ferr)
 	}
-	if derr := e.gate.Destroy(); err == nil && derr != nil {
-		err = fmt.Errorf("ring: Comm Close on PE %d: %w", e.me, derr)
-	}
 	return err
 }
 
 // enter holds the gate: until exit, Finalize does not unmap this PE's
-// memory, which the engine reads and writes directly (the doorbell,
-// the state words, the lanes' slots). It fails once the PE is finalized
-// or broken, or the Comm closed. The engine never waits while it holds
+// memory (shmem's PE.Enter), which the engine reads and writes directly
+// (the doorbell, the state words, the lanes' slots), and the engine's
+// matching state is this goroutine's (mu). It fails once the PE is
+// finalizing, or the Comm closed. The engine never waits while it holds
 // the gate (shmem's waits are safe by themselves).
 func (e *engine) enter() error {
 	if e.closed.Load() {
 		return e.closedErr()
 	}
-	if err := e.gate.BeginCollective(); err != nil {
+	if err := e.pe.Enter(); err != nil {
 		return fmt.Errorf("ring: Comm on PE %d: %w", e.me, err)
 	}
+	e.mu.Lock()
 	return nil
 }
 
-func (e *engine) exit() { e.gate.EndCollective() }
+func (e *engine) exit() {
+	e.mu.Unlock()
+	e.pe.Exit()
+}
 
 // lock enters the gate, which is also the mutex of the engine's
-// matching state (BeginCollective takes the team's lock).
+// matching state.
 func (e *engine) lock() error { return e.enter() }
 
 // unlock leaves the gate, first waking this PE's sleepers if a request

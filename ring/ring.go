@@ -190,7 +190,22 @@ func (r *Ring) Send(to int, data []byte) (uint64, error) {
 	if uint(to) >= uint(len(r.outTo)) || r.outTo[to] == nil {
 		return 0, fmt.Errorf("ring: Send from PE %d to PE %d: there is no such lane: %w", r.pe.MyPE(), to, shmem.ErrInvalid)
 	}
+	if err := r.enter(); err != nil {
+		return 0, err
+	}
+	defer r.pe.Exit()
 	return r.outTo[to].send(r, data)
+}
+
+// enter keeps the PE's memory mapped (shmem's PE.Enter) while a call
+// reads or writes the lanes' words and slots in place; pair it with
+// r.pe.Exit. The waits inside (shmem.WaitUntil) end with ErrFinalized
+// when Finalize begins, so a call never holds Finalize up for long.
+func (r *Ring) enter() error {
+	if err := r.pe.Enter(); err != nil {
+		return fmt.Errorf("ring: PE %d: %w", r.pe.MyPE(), err)
+	}
+	return nil
 }
 
 // Poll returns every message that has arrived on this PE's lanes and was
@@ -210,6 +225,10 @@ func (r *Ring) PollAppend(dst []Message) ([]Message, error) {
 	if err := r.usable(); err != nil {
 		return dst, err
 	}
+	if err := r.enter(); err != nil {
+		return dst, err
+	}
+	defer r.pe.Exit()
 	r.rmu.Lock()
 	defer r.rmu.Unlock()
 	for _, l := range r.in {
@@ -265,6 +284,10 @@ func (r *Ring) Recv() (Message, error) {
 	if len(r.in) == 0 {
 		return Message{}, fmt.Errorf("ring: Recv on PE %d, which no lane leads to: %w", r.pe.MyPE(), shmem.ErrInvalid)
 	}
+	if err := r.enter(); err != nil {
+		return Message{}, err
+	}
+	defer r.pe.Exit()
 	for {
 		// Read the doorbell before looking: a message that arrives after
 		// the look rings it past this value.

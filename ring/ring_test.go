@@ -708,3 +708,57 @@ var _ = register("sleepy-recv", func(pe *shmem.PE) error {
 })
 
 func TestSleepyRecv(t *testing.T) { each(t, "sleepy-recv", 3) }
+
+// A Ring's calls read the PE's memory in place: after Finalize they fail
+// with ErrFinalized instead of touching it, and Finalize waits for the
+// calls under way (Run unmaps the segments at its end, so a call that
+// read them afterwards would fault the test binary).
+func TestRingAfterFinalize(t *testing.T) {
+	rings := make([]*Ring, 2)
+	polled := make(chan error, 2)
+	err := shmem.Run(2, func(pe *shmem.PE) error {
+		me := pe.MyPE()
+		r, err := New(pe, []Lane{{From: 0, To: 1, Depth: 2, Capacity: 8}, {From: 1, To: 0, Depth: 2, Capacity: 8}}, Safe)
+		if err != nil {
+			return err
+		}
+		rings[me] = r
+		if _, err := r.Send(1-me, []byte{byte(me)}); err != nil {
+			return err
+		}
+		// A goroutine polls until the PE finalizes under it.
+		go func() {
+			for {
+				if _, err := r.Poll(); err != nil {
+					polled <- err
+					return
+				}
+				runtime.Gosched()
+			}
+		}()
+		if err := pe.BarrierAll(); err != nil {
+			return err
+		}
+		return pe.Finalize()
+	}, shmem.WithHeapSize(4<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-polled; !errors.Is(err, shmem.ErrFinalized) {
+			t.Fatalf("Poll during Finalize: %v, want ErrFinalized", err)
+		}
+	}
+	// The segments are unmapped now.
+	for me, r := range rings {
+		if _, err := r.Poll(); !errors.Is(err, shmem.ErrFinalized) {
+			t.Errorf("PE %d: Poll after Run: %v, want ErrFinalized", me, err)
+		}
+		if _, err := r.Send(1-me, []byte{1}); !errors.Is(err, shmem.ErrFinalized) {
+			t.Errorf("PE %d: Send after Run: %v, want ErrFinalized", me, err)
+		}
+		if _, err := r.Recv(); !errors.Is(err, shmem.ErrFinalized) {
+			t.Errorf("PE %d: Recv after Run: %v, want ErrFinalized", me, err)
+		}
+	}
+}

@@ -94,6 +94,28 @@ func (pe *PE) hold() bool {
 	return true
 }
 
+// Enter admits a call of a package built on shmem that reads or writes
+// this PE's memory, or a mapped peer's, through Local or Ptr views (the
+// ring package does): until the matching Exit, Finalize does not release
+// that memory, so the views cannot fault. Enter fails with ErrFinalized
+// once Finalize has begun; a nil error must be paired with Exit. Like the
+// PE's own same-host calls it costs one load for a launched PE and two
+// atomic adds under Run. Between Enter and Exit the caller must not wait
+// except in shmem calls, which end with ErrFinalized when Finalize
+// begins: Finalize waits for every Exit.
+func (pe *PE) Enter() error {
+	if pe == nil {
+		return errNilPE("Enter")
+	}
+	if !pe.tryEnter() {
+		return pe.finalizedErr()
+	}
+	return nil
+}
+
+// Exit ends what Enter admitted.
+func (pe *PE) Exit() { pe.leaveFast() }
+
 // state is the lifecycle state (one of the st constants).
 func (pe *PE) state() uint64 { return pe.gate.Load() & stMask }
 
