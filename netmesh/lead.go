@@ -351,7 +351,12 @@ func (st *stream) callerPolls(c *call, now int64) bool {
 		return true
 	}
 	if c.way == wayNone {
-		poll, explore := costs.choose(now)
+		// Only a small call's wait is a sample, so only a small call
+		// explores; the others go the preferred way.
+		poll, explore := costs.preferPoll(now), false
+		if c.small() {
+			poll, explore = costs.choose(now)
+		}
 		c.way, c.explore = wayParked, explore
 		if poll {
 			c.way = wayPolled

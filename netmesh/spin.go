@@ -127,10 +127,12 @@ func spinPaid() {
 //     bytes, or an atomic) and that read its own reply without queueing
 //     behind another reader records, once its call completes, how long
 //     it waited, in one of two moving averages: polled or parked;
-//   - a caller polls while the polled average is no higher than the
-//     parked one (or either is unknown: no sample yet, or none for
+//   - a caller polls while the polled average is at most costMargin
+//     times the parked one (a peer busy elsewhere makes both ways wait,
+//     and the way sampled less often is the noisier estimate: only a
+//     clear difference turns the choice) (or either is unknown: no sample yet, or none for
 //     costStale, as in a process that only puts and flushes); every exploreEvery-th
-//     caller takes the other way, so that the estimate of the way not
+//     small caller takes the other way, so that the estimate of the way not
 //     taken follows the machine (its samples weigh more: exploreWeight);
 //   - followers, Mesh.Poll and the reader goroutine poll only while the
 //     callers' preference is to poll.
@@ -149,6 +151,7 @@ const (
 	costCap       = int64(4 * busySpin)
 	costClip      = 4
 	costStale     = int64(100 * time.Millisecond)
+	costMargin    = 2
 )
 
 // costs is the process's cost controller: like the pause, it reflects
@@ -171,7 +174,7 @@ func (s *spinCosts) preferPoll(now int64) bool {
 	if p == 0 || q == 0 || now-s.polledAt.Load() > costStale || now-s.parkedAt.Load() > costStale {
 		return true
 	}
-	return p <= q
+	return p <= costMargin*q
 }
 
 // choose is a caller's choice at mono() time now: poll (true) or park,
