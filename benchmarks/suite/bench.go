@@ -35,6 +35,7 @@ type B struct {
 	tcp             *tcpLink     // between PEs 0 and 1, opened by the first TCP limit built
 	tcpErr          error        // why tcp could not be opened
 	linked          bool         // link has run
+	oversub         bool         // the job's PEs outnumber the CPUs: the TCP limits do not spin (tcpRTT)
 	ring            *tcpRingLink // the tcp-ring limit's connections (tcpring.go)
 	ringErr         error
 	ringed          bool // ringLink has run

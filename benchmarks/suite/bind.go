@@ -21,21 +21,30 @@ const (
 	BindNone = "none" // leave placement to the kernel
 )
 
-// bind applies the job's binding to this PE and returns the CPU it is
-// bound to, or -1.
-func bind(mode string, rank, npes int) (int, error) {
-	if mode != BindCPU {
-		return -1, nil
-	}
+// allowedCPUs lists the CPUs this process may run on.
+func allowedCPUs() ([]int, error) {
 	var allowed unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
-		return -1, fmt.Errorf("reading the CPU affinity: %w", err)
+		return nil, fmt.Errorf("reading the CPU affinity: %w", err)
 	}
 	var cpus []int
 	for c := 0; c < len(allowed)*64; c++ {
 		if allowed.IsSet(c) {
 			cpus = append(cpus, c)
 		}
+	}
+	return cpus, nil
+}
+
+// bind applies the job's binding to this PE and returns the CPU it is
+// bound to, or -1.
+func bind(mode string, rank, npes int) (int, error) {
+	if mode != BindCPU {
+		return -1, nil
+	}
+	cpus, err := allowedCPUs()
+	if err != nil {
+		return -1, err
 	}
 	if npes > len(cpus) {
 		return -1, nil // oversubscribed: binding would only pin PEs to shared CPUs

@@ -43,6 +43,10 @@ func runPE() error {
 	if err != nil {
 		return err
 	}
+	cpus, err := allowedCPUs() // before binding narrows them
+	if err != nil {
+		return fmt.Errorf("PE %d: %w", pe.MyPE(), err)
+	}
 	bound, err := bind(cfg.Bind, pe.MyPE(), pe.NPEs())
 	if err != nil {
 		return fmt.Errorf("PE %d: %w", pe.MyPE(), err)
@@ -52,6 +56,7 @@ func runPE() error {
 	if err != nil {
 		return err
 	}
+	b.oversub = pe.NPEs() > len(cpus)
 	// After newB's barrier every PE has met every other: the routes are
 	// settled, and must be the transport's.
 	routes, err := checkRoutes(pe.Info(), cfg.Transport)

@@ -86,7 +86,18 @@ func (b *B) link() (*tcpLink, error) {
 // With a figure's payload one way (size, 8 for a Put and its Quiet; 8,
 // size for a Get) it is the least time plain Go takes to move those bytes
 // and learn that they arrived.
-func (b *B) tcpRTT(out, back int) limit { return b.pingPong(limTCPRTTPoll, out, back, true) }
+//
+// In a job whose PEs outnumber the CPUs the round trip is the parked one
+// (tcp-rtt) instead: netmesh does not spin there (only waits poll, giving
+// the CPU away after each look), and a spinning ping-pong between PEs 0
+// and 1 would take the CPUs the other PEs need, leaving their polling
+// paused when the figure it alternates with runs.
+func (b *B) tcpRTT(out, back int) limit {
+	if b.oversub {
+		return b.pingPong(limTCPRTT, out, back, false)
+	}
+	return b.pingPong(limTCPRTTPoll, out, back, true)
+}
 
 // tcpRTTParked is tcpRTT with Go's own blocking reads, which park the
 // goroutine in the netpoller until the bytes come (tcp-rtt): what a

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -180,7 +181,7 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	tcpLimits := map[report.Metric][]string{
-		report.Latency:   {"tcp-rtt-poll", "tcp-floor"},
+		report.Latency:   {"tcp-rtt-poll", "tcp-rtt", "tcp-floor"}, // tcp-rtt: PEs outnumber the CPUs
 		report.Bandwidth: {"tcp-stream"},
 		report.Rate:      {"tcp-stream-frames"},
 	}
@@ -203,6 +204,9 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("record %s: a shm figure held to %s", r.Key(), r.LimitName)
 		case r.Transport == "tcp" && !slices.Contains(tcpLimits[r.Metric], r.LimitName):
 			t.Errorf("record %s: a tcp %s held to %s, want one of %v", r.Key(), r.Metric, r.LimitName, tcpLimits[r.Metric])
+		case r.LimitName == "tcp-rtt" && r.PEs <= runtime.NumCPU():
+			// The parked round trip only where the PEs outnumber the CPUs.
+			t.Errorf("record %s: %d PEs on %d CPUs held to the parked tcp-rtt, want tcp-rtt-poll", r.Key(), r.PEs, runtime.NumCPU())
 		}
 	}
 	// Extra limits: records of the same schema in run.extra_limits, each
