@@ -109,6 +109,9 @@ func parseSegHello(b []byte) (segHello, error) {
 	if h.version = b[8]; h.version != segVersion {
 		return h, fmt.Errorf("segment exchange version %d, want %d: %w", h.version, segVersion, ErrProtocol)
 	}
+	if b[9]|b[10]|b[11] != 0 {
+		return h, fmt.Errorf("hello with reserved bytes %x, want zeros: %w", b[9:12], ErrProtocol)
+	}
 	h.rank = binary.BigEndian.Uint32(b[12:])
 	copy(h.nonce[:], b[16:])
 	return h, nil
