@@ -4,8 +4,6 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // When waiting goroutines poll their sockets (the spin policy).
@@ -313,7 +311,7 @@ func (m *Mesh) Poll(d time.Duration, done func() bool) bool {
 			if m.cfg.InProcess {
 				runtime.Gosched()
 			} else {
-				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+				yieldCPU()
 			}
 			last = mono()
 		}

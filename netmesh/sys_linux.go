@@ -221,3 +221,13 @@ func appendSegment(b, src []byte) []byte {
 	}
 	return b
 }
+
+// yieldCPU gives the processor to other threads and processes
+// (sched_yield): a Poll on an oversubscribed machine calls it between
+// looks. It is a raw system call, so the goroutine keeps its thread and
+// its Go processor: through syscall.Syscall a yield that lasts while the
+// PE sharing the core runs looks like a blocking call to the runtime,
+// which hands the processor to another thread, and the goroutine then
+// resumes on a thread that must be woken first (heap.Yield, which shmem's
+// waits use, measured it: docs/performance.md).
+func yieldCPU() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
