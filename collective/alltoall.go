@@ -23,12 +23,12 @@ func AllToAllS[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], dstStride, sr
 	return allToAll(t, dst, src, dstStride, srcStride, n, true)
 }
 
-func allToAll[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], dstStride, srcStride, n int, strided bool) error {
+func allToAll[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], dstStride, srcStride, n int, strided bool) (err error) {
 	var c call
 	if err := c.begin(t); err != nil {
 		return err
 	}
-	defer c.end()
+	defer func() { err = c.end(err) }()
 	k := kindOf[T]()
 	coll := uint64(collAllToAll)
 	c.what = info{name: "AllToAll", k: k, n: n, per: "per pair", root: -1}
@@ -73,7 +73,7 @@ func allToAll[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], dstStride, src
 	if err := c.complete(); err != nil {
 		return err
 	}
-	_, err := c.sync()
+	_, err = c.sync()
 	return err
 }
 

@@ -10,12 +10,12 @@ import (
 // the root included: src.Len() elements, which must be the same on every
 // member, into a dst at least as long. Only the root's src is read. dst
 // and src may be the same object.
-func Broadcast[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], root int) error {
+func Broadcast[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], root int) (err error) {
 	var c call
 	if err := c.begin(t); err != nil {
 		return err
 	}
-	defer c.end()
+	defer func() { err = c.end(err) }()
 	k := kindOf[T]()
 	n := src.Len()
 	c.what = info{name: "Broadcast", k: k, n: n, root: root}

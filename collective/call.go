@@ -39,7 +39,7 @@ func (c *call) begin(t *shmem.Team) error {
 	c.lw, c.lb = c.words.Local(), c.bytes.Local()
 	c.g = newGeometry(c.n, len(c.lb))
 	if c.g.rounds > maxRounds || c.lw == nil || c.lb == nil {
-		t.EndCollective()
+		t.EndCollective(nil)
 		return fmt.Errorf("collective: a team of %d PEs: at most %d are supported: %w", c.n, 1<<(maxRounds+1)-1, shmem.ErrInvalid)
 	}
 	var err error
@@ -48,7 +48,9 @@ func (c *call) begin(t *shmem.Team) error {
 	return nil
 }
 
-func (c *call) end() { c.t.EndCollective() }
+// end ends the call with its result err, which it returns (see
+// shmem.Team.EndCollective).
+func (c *call) end(err error) error { return c.t.EndCollective(err) }
 
 // useRD says whether a vector of size bytes of elemSize-byte elements
 // goes through the scratch (reduceRD, broadcastRD): under auto when it

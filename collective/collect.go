@@ -10,12 +10,12 @@ import (
 // every member: member j's src.Len() elements land at dst[j*n:(j+1)*n].
 // Every member passes a src of the same length n and a dst of at least
 // n*NPEs elements; dst and src must not overlap.
-func FCollect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T]) error {
+func FCollect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T]) (err error) {
 	var c call
 	if err := c.begin(t); err != nil {
 		return err
 	}
-	defer c.end()
+	defer func() { err = c.end(err) }()
 	k := kindOf[T]()
 	n := src.Len()
 	c.what = info{name: "FCollect", k: k, n: n, per: "per PE", root: -1}
@@ -35,7 +35,7 @@ func FCollect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T]) error {
 	if err := pushAll(&c, dst, src.Local()[:n], c.me*n); err != nil {
 		return err
 	}
-	_, err := c.sync()
+	_, err = c.sync()
 	return err
 }
 
@@ -71,12 +71,12 @@ func fcollectFlat[T shmem.Elem](c *call, dst, src shmem.Sym[T]) error {
 // returns the total count. dst must hold the total on every member;
 // dst and src must not overlap. On a flat team, when every member's
 // block fits one scratch message, the call is one exchange.
-func Collect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], n int) (int, error) {
+func Collect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], n int) (total int, err error) {
 	var c call
 	if err := c.begin(t); err != nil {
 		return 0, err
 	}
-	defer c.end()
+	defer func() { err = c.end(err) }()
 	k := kindOf[T]()
 	c.what = info{name: "Collect", k: k, n: n, root: -1}
 	c.fail(symCheck(&c, src, "src"))
@@ -161,7 +161,7 @@ func Collect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], n int) (int, er
 	if err := pushAll(&c, dst, src.Local()[:n], off); err != nil {
 		return 0, err
 	}
-	_, err := c.sync()
+	_, err = c.sync()
 	return total, err
 }
 

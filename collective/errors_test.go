@@ -279,3 +279,51 @@ func TestFinalizeDuringCollective(t *testing.T) {
 		}
 	}
 }
+
+// Under SHMEM_DEBUG, a collective on a team against a world call (Malloc)
+// on the other member: both time out, and both are told ErrAsymmetric
+// (shmem's check of the order of calls across teams, which sees the
+// collective through BeginCollective/EndCollective).
+func TestDebugCollectiveAgainstWorldCall(t *testing.T) {
+	errDone := errors.New("done")
+	for _, hosts := range [][]string{nil, {"a", "b"}} {
+		got := make([]error, 2)
+		err := shmem.Run(2, func(pe *shmem.PE) error {
+			b, err := newBufs[int64](pe, 4)
+			if err != nil {
+				return err
+			}
+			count, err := shmem.Malloc[int64](pe, 1)
+			if err != nil {
+				return err
+			}
+			team, err := pe.World().Split(0, 1, 2)
+			if err != nil {
+				return err
+			}
+			if pe.MyPE() == 0 {
+				got[0] = AllReduce(team, b.dst, b.src, Sum)
+			} else {
+				_, got[1] = shmem.Malloc[int64](pe, 8)
+			}
+			// Meet through a polled counter before ending the job, so the
+			// first to fail does not end the other's wait.
+			if err := shmem.AtomicAdd(count, 0, 1, 0); err != nil {
+				return err
+			}
+			for {
+				if v, err := shmem.AtomicFetch(count, 0, 0); err != nil || v == 2 {
+					return errors.Join(err, errDone)
+				}
+			}
+		}, shmem.WithDebug(true), shmem.WithTimeout(time.Second), shmem.WithHosts(hosts))
+		if !errors.Is(err, errDone) {
+			t.Fatalf("hosts %v: Run returned %v", hosts, err)
+		}
+		for r, e := range got {
+			if !errors.Is(e, shmem.ErrAsymmetric) || !errors.Is(e, shmem.ErrTimeout) {
+				t.Errorf("hosts %v: PE %d: %v, want ErrTimeout and ErrAsymmetric", hosts, r, e)
+			}
+		}
+	}
+}

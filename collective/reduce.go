@@ -24,12 +24,12 @@ func Reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 }
 
 // reduce is Reduce to root, or AllReduce for root -1.
-func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int) error {
+func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int) (err error) {
 	var c call
 	if err := c.begin(t); err != nil {
 		return err
 	}
-	defer c.end()
+	defer func() { err = c.end(err) }()
 	k := kindOf[T]()
 	n := src.Len()
 	coll := uint64(collAllReduce)
@@ -61,7 +61,7 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	if !overlaps(dst, src) {
 		h.minAux = 1
 	}
-	h, err := c.syncHeader(c.message(0), h)
+	h, err = c.syncHeader(c.message(0), h)
 	if err != nil {
 		return err
 	}

@@ -22,12 +22,12 @@ func ExScan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op) error {
 // (or 0..j-1), read straight from their heaps where mapped, into a
 // private buffer; an exit exchange, after which nobody reads this
 // member's src, so the result may go into dst even in place.
-func scan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, inclusive bool) error {
+func scan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, inclusive bool) (err error) {
 	var c call
 	if err := c.begin(t); err != nil {
 		return err
 	}
-	defer c.end()
+	defer func() { err = c.end(err) }()
 	k := kindOf[T]()
 	n := src.Len()
 	coll := uint64(collInScan)

@@ -43,6 +43,9 @@ import (
 //	                          barrier, written only by the member that
 //	                          signals this member in round r. Writers store
 //	                          the barrier epoch; waits are for flag >= epoch
+//	8                 8       in flag 0's line, under SHMEM_DEBUG: the member's
+//	                          count of collective calls entered on the team
+//	                          (DebugEnteredOff), written only by the member
 //	TeamScratchOff    512     split/agreement scratch: the member's call
 //	                          descriptor and its free-slot bitmap
 //	2560              1536    the collective area (shmem.Team.CollectiveArea:
@@ -74,6 +77,9 @@ const (
 	FlagStride     = 64
 	TeamScratchOff = MaxRounds * FlagStride // 2048
 	TeamScratchLen = 512
+
+	// In a team slot, in the otherwise unused rest of flag 0's line.
+	DebugEnteredOff = 8
 
 	// HeapBase is where the user heap starts: after the team slots, on a
 	// 64 KiB boundary.

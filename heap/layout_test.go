@@ -35,6 +35,7 @@ func TestLayoutConstants(t *testing.T) {
 		{"FlagStride", FlagStride, 64},
 		{"TeamScratchOff", TeamScratchOff, 2048},
 		{"TeamScratchLen", TeamScratchLen, 512},
+		{"DebugEnteredOff", DebugEnteredOff, 8},
 		{"HeapBase", HeapBase, 4259840},
 		{"FlagOff(3, 5)", FlagOff(3, 5), 4096 + 3*4096 + 5*64},
 		{"ScratchOff(2)", ScratchOff(2), 4096 + 2*4096 + 2048},

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/goshmem/goshmem/shmem"
 )
@@ -241,4 +243,102 @@ func TestNilPE(t *testing.T) {
 	if pe.MyPE() != -1 || pe.NPEs() != 0 || pe.Accessible(0) || pe.SameHost(0) || pe.World() != nil || pe.Shared() != nil || pe.Info().PE != -1 {
 		t.Error("the queries of a nil PE do not give zero answers")
 	}
+}
+
+// Under SHMEM_DEBUG, two PEs that make their collective calls on two
+// teams in different orders wait for each other; when the call times
+// out (after 1 s here), each is told ErrAsymmetric, and a PE that only
+// waits for a peer busy in a team it is not in keeps a plain ErrTimeout.
+// First two teams of PEs 0 and 1 in swapped order, which the PEs then
+// complete so the job stays in step; then the case, a world call
+// (Malloc) against a smaller team's Sync: the world's barriers are out
+// of step after it, so PE 0 ends the job with GlobalExit(0). Between the
+// steps PEs meet through a counter they poll, not a barrier, which would
+// time out too while the others wait out theirs.
+var _ = register("debug-cross-team-order", func(pe *shmem.PE) error {
+	me := pe.MyPE()
+	if !pe.Info().Debug {
+		return fmt.Errorf("the scenario wants SHMEM_DEBUG")
+	}
+	count, err := shmem.Malloc[int64](pe, 4)
+	if err != nil {
+		return err
+	}
+	// meet adds one to counter i on PE 0 and polls it until it reaches
+	// want.
+	meet := func(i int, want int64) error {
+		if err := shmem.AtomicAdd(count, i, 1, 0); err != nil {
+			return err
+		}
+		for deadline := time.Now().Add(time.Minute); ; runtime.Gosched() {
+			v, err := shmem.AtomicFetch(count, i, 0)
+			if err != nil || v >= want {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("PE %d: counter %d is %d after a minute, want %d", me, i, v, want)
+			}
+		}
+	}
+	t1, err := pe.World().Split(0, 1, 2)
+	if err != nil {
+		return err
+	}
+	t2, err := pe.World().Split(0, 1, 2)
+	if err != nil {
+		return err
+	}
+	if me < 2 {
+		first, second := t1, t2
+		if me == 1 {
+			first, second = t2, t1
+		}
+		if err := first.Sync(); !errors.Is(err, shmem.ErrAsymmetric) || !errors.Is(err, shmem.ErrTimeout) {
+			return fmt.Errorf("PE %d: the first of two teams' Syncs in swapped order: %v, want ErrTimeout and ErrAsymmetric", me, err)
+		}
+		if err := meet(0, 2); err != nil {
+			return err
+		}
+		// Each now makes the call the other was stuck in: both pass.
+		if err := second.Sync(); err != nil {
+			return fmt.Errorf("PE %d: the second team's Sync: %w", me, err)
+		}
+		if err := t1.Sync(); err != nil {
+			return fmt.Errorf("PE %d: t1 in step again: %w", me, err)
+		}
+		if err := t2.Sync(); err != nil {
+			return fmt.Errorf("PE %d: t2 in step again: %w", me, err)
+		}
+	}
+	if err := meet(1, 3); err != nil {
+		return err
+	}
+	var got error
+	if me == 1 {
+		got = t1.Sync()
+	} else {
+		_, got = shmem.Malloc[int64](pe, 8)
+	}
+	switch {
+	case me < 2 && !errors.Is(got, shmem.ErrAsymmetric):
+		return fmt.Errorf("PE %d: Malloc against a 2-PE team's Sync: %v, want ErrAsymmetric", me, got)
+	case me == 2 && (!errors.Is(got, shmem.ErrTimeout) || errors.Is(got, shmem.ErrAsymmetric)):
+		return fmt.Errorf("PE 2: Malloc while PE 1 is in a team PE 2 is not in: %v, want a plain ErrTimeout", got)
+	}
+	if err := meet(2, 3); err != nil {
+		return err
+	}
+	if me == 0 {
+		pe.GlobalExit(0)
+	}
+	// Wait for the end PE 0 makes.
+	for {
+		if err := shmem.WaitUntil(count, 3, shmem.CmpEQ, -1); !errors.Is(err, shmem.ErrTimeout) {
+			return fmt.Errorf("PE %d after the job's end: %w", me, err)
+		}
+	}
+})
+
+func TestDebugCrossTeamOrder(t *testing.T) {
+	eachWith(t, "debug-cross-team-order", 3, []shmem.Option{shmem.WithDebug(true), shmem.WithTimeout(time.Second)}, "SHMEM_DEBUG=1", "GOSHMEM_TIMEOUT=1s")
 }

@@ -34,8 +34,9 @@ type PE struct {
 	allocs  uint64 // collective allocation calls so far (guarded by allocMu)
 
 	world, shared *Team
-	teamMu        sync.Mutex                 // guards teamUsed
+	teamMu        sync.Mutex                 // guards teamUsed and teams
 	teamUsed      [heap.MaxTeams / 64]uint64 // bit i set: team slot i is in use on this PE
+	teams         map[int]*Team              // this PE's team on each slot in use
 
 	locksMu sync.Mutex            // guards locks
 	locks   map[uint64]*lockState // per lock word: orders this PE's goroutines

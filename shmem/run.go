@@ -272,6 +272,6 @@ func (pe *PE) makeTeams() {
 	pe.oversub = len(local) > runtime.NumCPU()
 	pe.shared = newTeam(pe, 1, local)
 	pe.shared.predefined = true
-	pe.useSlot(0)
-	pe.useSlot(1)
+	pe.useSlot(pe.world)
+	pe.useSlot(pe.shared)
 }

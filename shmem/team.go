@@ -28,9 +28,10 @@ type Team struct {
 	predefined bool  // world and shared: never destroyed by the user
 	flat       bool  // every member's heap is mapped here, and few members: syncFlat
 
-	mu        sync.Mutex // serialises this PE's collectives on the team; guards epoch
-	epoch     uint64     // barriers completed on the team by this PE
-	splits    uint64     // team-creating calls on the team by this PE
+	mu        sync.Mutex    // serialises this PE's collectives on the team; guards epoch
+	epoch     uint64        // barriers completed on the team by this PE
+	splits    uint64        // team-creating calls on the team by this PE
+	calls     atomic.Uint64 // under SHMEM_DEBUG: collective calls entered on the team (debugorder.go)
 	destroyed atomic.Bool
 }
 
@@ -137,11 +138,15 @@ func (t *Team) syncLocked() error {
 	if n == 1 {
 		return pe.alive()
 	}
+	t.debugEnter()
 	t.epoch++
+	var err error
 	if t.flat {
-		return t.syncFlat(t.epoch)
+		err = t.syncFlat(t.epoch)
+	} else {
+		err = t.syncDissemination(t.epoch)
 	}
-	return t.syncDissemination(t.epoch)
+	return t.orderErr(err)
 }
 
 // flatSyncMax is the largest team that syncs flat. A flat barrier costs
@@ -315,9 +320,16 @@ func takeSlots(free [bitmapWords]uint64, k int) ([]int, bool) {
 	return got, len(got) == k
 }
 
-func (pe *PE) useSlot(s int) {
+// useSlot marks t's slot in use on this PE and records t as the
+// PE's team on it.
+func (pe *PE) useSlot(t *Team) {
+	s := t.slot
 	pe.teamMu.Lock()
 	pe.teamUsed[s/64] |= 1 << (s % 64)
+	if pe.teams == nil {
+		pe.teams = make(map[int]*Team)
+	}
+	pe.teams[s] = t
 	pe.teamMu.Unlock()
 }
 
@@ -329,8 +341,10 @@ func (pe *PE) releaseSlot(s int) {
 		heap.Store64(pe.mem, heap.FlagOff(s, r), 0)
 	}
 	pe.clearCollective(s)
+	heap.Store64(pe.mem, heap.TeamSlotOff(s)+heap.DebugEnteredOff, 0)
 	pe.teamMu.Lock()
 	pe.teamUsed[s/64] &^= 1 << (s % 64)
+	delete(pe.teams, s)
 	pe.teamMu.Unlock()
 }
 
@@ -392,8 +406,9 @@ func (t *Team) Split(start, stride, size int) (*Team, error) {
 	if !in {
 		return nil, nil
 	}
-	pe.useSlot(slots[0])
-	return newTeam(pe, slots[0], members), nil
+	nt := newTeam(pe, slots[0], members)
+	pe.useSlot(nt)
+	return nt, nil
 }
 
 // splitFits reports whether start + k*stride is in [0, n) for every k
@@ -459,9 +474,10 @@ func (t *Team) Split2D(xRange int) (x, y *Team, err error) {
 	for i := col; i < n; i += xRange {
 		ym = append(ym, t.members[i])
 	}
-	pe.useSlot(slots[0])
-	pe.useSlot(slots[1])
-	return newTeam(pe, slots[0], xm), newTeam(pe, slots[1], ym), nil
+	x, y = newTeam(pe, slots[0], xm), newTeam(pe, slots[1], ym)
+	pe.useSlot(x)
+	pe.useSlot(y)
+	return x, y, nil
 }
 
 // Destroy releases the team (collective over its members). The world and

@@ -60,13 +60,19 @@ func (t *Team) BeginCollective() error {
 		t.pe.leave()
 		return fmt.Errorf("shmem: team (slot %d) is destroyed: %w", t.slot, ErrFinalized)
 	}
+	t.debugEnter()
 	return nil
 }
 
-// EndCollective ends the call BeginCollective started.
-func (t *Team) EndCollective() {
+// EndCollective ends the call BeginCollective started; err is the
+// call's result, which it returns, under SHMEM_DEBUG with ErrAsymmetric
+// added when a timeout came of PEs making their collective calls on
+// different teams in different orders (docs/env.md, SHMEM_DEBUG).
+func (t *Team) EndCollective(err error) error {
+	err = t.orderErr(err)
 	t.mu.Unlock()
 	t.pe.leave()
+	return err
 }
 
 // PE is the PE the team belongs to.
