@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/internal/launch"
-	"github.com/goshmem/goshmem/internal/scenario"
+	"github.com/goshmem/goshmem/internal/testproc"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -62,7 +62,7 @@ func netnsJob(t testing.TB, name string, extra []string, during func(dir string)
 	}
 	args = append(args, wrapper, os.Args[0], "-test.run=^$")
 	cmd := exec.CommandContext(context.Background(), script, args...)
-	var out scenario.Buffer
+	var out testproc.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

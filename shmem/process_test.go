@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/internal/launch"
-	"github.com/goshmem/goshmem/internal/scenario"
+	"github.com/goshmem/goshmem/internal/testproc"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -71,7 +71,7 @@ var _ = register("report-and-hang", func(pe *shmem.PE) error {
 // that no process maps any of the job's segments afterwards.
 func killAndCheck(t *testing.T, n int, victims []int) {
 	dir := t.TempDir()
-	var out scenario.Buffer
+	var out testproc.Buffer
 	job := &launch.Job{
 		N: n, Program: os.Args[0], Args: []string{"-test.run=^$"},
 		Env: []string{envScenario + "=report-and-hang", "GOSHMEM_TEST_DIR=" + dir,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,7 +13,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/internal/launch"
-	"github.com/goshmem/goshmem/internal/scenario"
+	"github.com/goshmem/goshmem/internal/testproc"
 )
 
 // goshrun --hosts: one goshrun per host through a remote shell. Here the
@@ -77,78 +76,40 @@ func netnsHosts(t *testing.T) hostsEnv {
 		hosts: "g1:2,g2:1,g3:1", rendezvous: "10.77.0.1:0", hostOf: []string{"g1/", "g1/", "g2/", "g3/"}}
 }
 
-type hostsRun struct {
-	cmd    *exec.Cmd
-	lines  chan string
-	stderr *scenario.Buffer
-	done   chan struct{}
-}
-
-func (h hostsEnv) start(t *testing.T, mode string) *hostsRun {
+func (h hostsEnv) start(t *testing.T, mode string) *testproc.Job {
 	t.Helper()
 	argv := append(append([]string(nil), h.wrap...), h.goshrun, "--hosts", h.hosts, "--rsh", h.rsh,
 		"--rendezvous", h.rendezvous, "--timeout", "2m", "--env", "GOSHMEM_TIMEOUT=30s", h.prog, mode)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	r := &hostsRun{cmd: cmd, lines: make(chan string, 64), stderr: &scenario.Buffer{}, done: make(chan struct{})}
-	cmd.Stderr = r.stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			r.lines <- sc.Text()
-		}
-		close(r.lines)
-		cmd.Wait()
-		close(r.done)
-	}()
-	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-r.done
-	})
-	return r
+	return testproc.StartJob(t, exec.Command(argv[0], argv[1:]...))
 }
 
 // collect reads output lines until want of them match re (or the end).
-func (r *hostsRun) collect(t *testing.T, re *regexp.Regexp, want int) [][]string {
+func collect(t *testing.T, r *testproc.Job, re *regexp.Regexp, want int) [][]string {
 	t.Helper()
 	var got [][]string
 	timer := time.NewTimer(60 * time.Second)
 	defer timer.Stop()
 	for len(got) < want {
 		select {
-		case s, ok := <-r.lines:
+		case s, ok := <-r.Lines:
 			if !ok {
-				t.Fatalf("output ended after %d of %d lines; stderr:\n%s", len(got), want, r.stderr.String())
+				t.Fatalf("output ended after %d of %d lines; stderr:\n%s", len(got), want, r.Stderr.String())
 			}
 			if m := re.FindStringSubmatch(s); m != nil {
 				got = append(got, m)
 			}
 		case <-timer.C:
-			t.Fatalf("%d of %d lines in 60 s; stderr:\n%s", len(got), want, r.stderr.String())
+			t.Fatalf("%d of %d lines in 60 s; stderr:\n%s", len(got), want, r.Stderr.String())
 		}
 	}
 	return got
 }
 
-func (r *hostsRun) exit(t *testing.T, d time.Duration) int {
+// exit waits at most d for the job's end and returns its status.
+func exit(t *testing.T, r *testproc.Job, d time.Duration) int {
 	t.Helper()
-	go func() {
-		for range r.lines {
-		}
-	}()
-	select {
-	case <-r.done:
-	case <-time.After(d):
-		t.Fatalf("goshrun did not end within %v; stderr:\n%s", d, r.stderr.String())
-	}
-	return r.cmd.ProcessState.ExitCode()
+	_, code := r.Wait(t, d)
+	return code
 }
 
 func pidAlive(pid int) bool {
@@ -177,7 +138,7 @@ var pePidLine = regexp.MustCompile(`^PE (\d+) pid (\d+)$`)
 
 func testHostsJob(t *testing.T, h hostsEnv) {
 	r := h.start(t, "ok")
-	got := r.collect(t, regexp.MustCompile(`^PE (\d+) of 4 OK launcher=goshrun shm=(\d+)$`), 4)
+	got := collect(t, r, regexp.MustCompile(`^PE (\d+) of 4 OK launcher=goshrun shm=(\d+)$`), 4)
 	for _, m := range got {
 		rank, _ := strconv.Atoi(m[1])
 		wantShm := "1"
@@ -188,20 +149,20 @@ func testHostsJob(t *testing.T, h hostsEnv) {
 			t.Errorf("PE %d maps %s heaps, want %s: %v", rank, m[2], wantShm, m)
 		}
 	}
-	if code := r.exit(t, 30*time.Second); code != 0 {
-		t.Fatalf("exit %d; stderr:\n%s", code, r.stderr.String())
+	if code := exit(t, r, 30*time.Second); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, r.Stderr.String())
 	}
 }
 
 // pids starts mode "kill" and returns every PE's pid once all wait.
-func (h hostsEnv) startKill(t *testing.T) (*hostsRun, map[int]int) {
+func (h hostsEnv) startKill(t *testing.T) (*testproc.Job, map[int]int) {
 	r := h.start(t, "kill")
 	pids := map[int]int{}
-	for _, m := range r.collect(t, pePidLine, 4) {
+	for _, m := range collect(t, r, pePidLine, 4) {
 		rank, _ := strconv.Atoi(m[1])
 		pids[rank], _ = strconv.Atoi(m[2])
 	}
-	r.collect(t, regexp.MustCompile(` waiting$`), 4)
+	collect(t, r, regexp.MustCompile(` waiting$`), 4)
 	return r, pids
 }
 
@@ -209,14 +170,14 @@ func testHostsKillPE(t *testing.T, h hostsEnv) {
 	r, pids := h.startKill(t)
 	killed := time.Now()
 	syscall.Kill(pids[2], syscall.SIGKILL)
-	code := r.exit(t, 30*time.Second)
+	code := exit(t, r, 30*time.Second)
 	took := time.Since(killed)
 	t.Logf("kill -9 of PE 2 (host %s) ended the job in %v with status %d", h.hostOf[2], took.Round(time.Millisecond), code)
 	if code != 137 || took > 5*time.Second {
-		t.Errorf("exit %d after %v, want 137 within 5 s; stderr:\n%s", code, took, r.stderr.String())
+		t.Errorf("exit %d after %v, want 137 within 5 s; stderr:\n%s", code, took, r.Stderr.String())
 	}
-	if !strings.Contains(r.stderr.String(), "goshrun: PE 2 killed by signal killed") {
-		t.Errorf("stderr does not name PE 2:\n%s", r.stderr.String())
+	if !strings.Contains(r.Stderr.String(), "goshrun: PE 2 killed by signal killed") {
+		t.Errorf("stderr does not name PE 2:\n%s", r.Stderr.String())
 	}
 	all := []int{pids[0], pids[1], pids[2], pids[3]}
 	waitGone(t, all, 3*time.Second)
@@ -227,7 +188,7 @@ func testHostsKillPE(t *testing.T, h hostsEnv) {
 func testHostsKillLauncher(t *testing.T, h hostsEnv) {
 	r, pids := h.startKill(t)
 	killed := time.Now()
-	syscall.Kill(r.cmd.Process.Pid, syscall.SIGKILL)
+	syscall.Kill(r.Cmd.Process.Pid, syscall.SIGKILL)
 	all := []int{pids[0], pids[1], pids[2], pids[3]}
 	waitGone(t, all, 5*time.Second)
 	t.Logf("kill -9 of the launching goshrun ended every PE in %v", time.Since(killed).Round(time.Millisecond))
@@ -235,8 +196,8 @@ func testHostsKillLauncher(t *testing.T, h hostsEnv) {
 
 func testHostsGlobalExit(t *testing.T, h hostsEnv) {
 	r := h.start(t, "exit7")
-	if code := r.exit(t, 30*time.Second); code != 7 {
-		t.Fatalf("exit %d, want 7; stderr:\n%s", code, r.stderr.String())
+	if code := exit(t, r, 30*time.Second); code != 7 {
+		t.Fatalf("exit %d, want 7; stderr:\n%s", code, r.Stderr.String())
 	}
 }
 
@@ -297,7 +258,7 @@ func TestHostsSSHQuoting(t *testing.T) {
 // shell to start again).
 func goshrunBin(t *testing.T, bin string, args ...string) (int, string, string) {
 	t.Helper()
-	var stdout, stderr scenario.Buffer
+	var stdout, stderr testproc.Buffer
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

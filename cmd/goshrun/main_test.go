@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/internal/launch"
-	"github.com/goshmem/goshmem/internal/scenario"
+	"github.com/goshmem/goshmem/internal/testproc"
 )
 
 func goshrun(t *testing.T, args ...string) (int, string, string) {
@@ -102,7 +102,7 @@ func TestBuildKilledLeavesNothing(t *testing.T) {
 	}
 	cmd := exec.Command(self, "-n", "1", "../../examples/pi")
 	cmd.Env = append(os.Environ(), "PATH="+fake+":"+os.Getenv("PATH"), "TMPDIR="+tmp)
-	var stderr scenario.Buffer
+	var stderr testproc.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

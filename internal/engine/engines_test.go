@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/goshmem/goshmem/internal/testproc"
 )
 
 // The engine tests run the PE program testdata/enginejob under the real
@@ -60,17 +61,9 @@ func TestEngines(t *testing.T) {
 	}
 }
 
-type run struct {
-	cmd    *exec.Cmd
-	stdout chan string
-	stderr bytes.Buffer
-	done   chan struct{}
-	err    error
-}
-
 // start runs the engine with the PE program in mode; extra entries
 // override the environment ("K=" with an empty value removes K).
-func start(t *testing.T, l Command, bin, mode string, extra []string) *run {
+func start(t *testing.T, l Command, bin, mode string, extra []string) *testproc.Job {
 	t.Helper()
 	args := append(append([]string(nil), l.Args...), bin, mode)
 	cmd := exec.Command(l.Path, args...)
@@ -92,62 +85,7 @@ func start(t *testing.T, l Command, bin, mode string, extra []string) *run {
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	r := &run{cmd: cmd, stdout: make(chan string, 64), done: make(chan struct{})}
-	cmd.Stderr = &r.stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			r.stdout <- sc.Text()
-		}
-		close(r.stdout)
-		r.err = cmd.Wait()
-		close(r.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-r.done:
-		default:
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-r.done
-		}
-	})
-	return r
-}
-
-// wait waits for the engine's exit (at most d) and returns its status.
-func (r *run) wait(t *testing.T, d time.Duration) (lines []string, code int) {
-	t.Helper()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		select {
-		case s, ok := <-r.stdout:
-			if ok {
-				lines = append(lines, s)
-				continue
-			}
-			select {
-			case <-r.done:
-			case <-timer.C:
-				t.Fatalf("the job did not end within %v; stderr:\n%s", d, r.stderr.String())
-			}
-			code = r.cmd.ProcessState.ExitCode()
-			if ws, ok := r.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				code = 128 + int(ws.Signal())
-			}
-			return lines, code
-		case <-timer.C:
-			t.Fatalf("the job did not end within %v; output %q; stderr:\n%s", d, lines, r.stderr.String())
-		}
-	}
+	return testproc.StartJob(t, cmd)
 }
 
 // goshmemSockets lists the abstract rendezvous sockets of engine jobs
@@ -198,9 +136,9 @@ var okLine = regexp.MustCompile(`^PE (\d+) of (\d+) OK launcher=(\S+) shm=(\d+)$
 func engineJob(t *testing.T, l Command, bin string, extra []string) {
 	before := goshmemSockets()
 	r := start(t, l, bin, "ok", extra)
-	lines, code := r.wait(t, 60*time.Second)
+	lines, code := r.Wait(t, 60*time.Second)
 	if code != 0 {
-		t.Fatalf("exit %d; output %q; stderr:\n%s", code, lines, r.stderr.String())
+		t.Fatalf("exit %d; output %q; stderr:\n%s", code, lines, r.Stderr.String())
 	}
 	seen := map[string]bool{}
 	for _, s := range lines {
@@ -214,7 +152,7 @@ func engineJob(t *testing.T, l Command, bin string, extra []string) {
 		seen[m[1]] = true
 	}
 	if len(seen) != enginePEs {
-		t.Fatalf("%d PEs reported OK, want %d: %q; stderr:\n%s", len(seen), enginePEs, lines, r.stderr.String())
+		t.Fatalf("%d PEs reported OK, want %d: %q; stderr:\n%s", len(seen), enginePEs, lines, r.Stderr.String())
 	}
 	if left := leftovers(nil, before); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
@@ -236,9 +174,9 @@ func engineKill(t *testing.T, l Command, bin string, all bool) {
 	defer timer.Stop()
 	for waiting < enginePEs {
 		select {
-		case s, ok := <-r.stdout:
+		case s, ok := <-r.Lines:
 			if !ok {
-				t.Fatalf("the job ended before every PE waited: %q; stderr:\n%s", lines, r.stderr.String())
+				t.Fatalf("the job ended before every PE waited: %q; stderr:\n%s", lines, r.Stderr.String())
 			}
 			lines = append(lines, s)
 			if m := pidLine.FindStringSubmatch(s); m != nil {
@@ -249,7 +187,7 @@ func engineKill(t *testing.T, l Command, bin string, all bool) {
 				waiting++
 			}
 		case <-timer.C:
-			t.Fatalf("PEs did not start waiting: %q; stderr:\n%s", lines, r.stderr.String())
+			t.Fatalf("PEs did not start waiting: %q; stderr:\n%s", lines, r.Stderr.String())
 		}
 	}
 	victim := pids[2]
@@ -269,7 +207,7 @@ func engineKill(t *testing.T, l Command, bin string, all bool) {
 			}
 		}
 	}
-	_, code := r.wait(t, 30*time.Second)
+	_, code := r.Wait(t, 30*time.Second)
 	took := time.Since(killed)
 	t.Logf("%s: kill -9 of %s ended the job in %v with status %d", l.Label, what, took.Round(time.Millisecond), code)
 	if took > 5*time.Second {
@@ -278,7 +216,7 @@ func engineKill(t *testing.T, l Command, bin string, all bool) {
 	if code == 0 {
 		t.Errorf("the job exited 0 after PE 2 was killed")
 	}
-	stderr := r.stderr.String()
+	stderr := r.Stderr.String()
 	switch {
 	case all:
 		// Nobody is left to name anyone: the engine reports.
@@ -303,9 +241,9 @@ func engineKill(t *testing.T, l Command, bin string, all bool) {
 func engineExit(t *testing.T, l Command, bin string) {
 	before := goshmemSockets()
 	r := start(t, l, bin, "exit7", nil)
-	_, code := r.wait(t, 30*time.Second)
+	_, code := r.Wait(t, 30*time.Second)
 	if code != 7 {
-		t.Errorf("GlobalExit(7) made %s exit %d, want 7; stderr:\n%s", l.Path, code, r.stderr.String())
+		t.Errorf("GlobalExit(7) made %s exit %d, want 7; stderr:\n%s", l.Path, code, r.Stderr.String())
 	}
 	if left := leftovers(nil, before); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
@@ -316,8 +254,8 @@ func engineWrongKey(t *testing.T, l Command, bin string) {
 	// PE 2 holds another key; the others wait for it until their
 	// timeout unless the engine ends them first.
 	r := start(t, l, bin, "badkey", []string{"GOSHMEM_TIMEOUT=4s"})
-	_, code := r.wait(t, 30*time.Second)
-	stderr := r.stderr.String()
+	_, code := r.Wait(t, 30*time.Second)
+	stderr := r.Stderr.String()
 	if code == 0 {
 		t.Errorf("a job with a PE holding the wrong key exited 0")
 	}

@@ -10,15 +10,14 @@
 package scenario
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/goshmem/goshmem/internal/launch"
+	"github.com/goshmem/goshmem/internal/testproc"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -83,7 +82,7 @@ func (s *Set) Child() (int, bool) {
 // env added to every PE's environment. It returns an error holding the
 // job's tagged output when the job fails.
 func (s *Set) Processes(n int, name string, hosts []string, env ...string) error {
-	var out Buffer
+	var out testproc.Buffer
 	job := &launch.Job{
 		N:       n,
 		Program: os.Args[0],
@@ -127,22 +126,4 @@ func Check(ok bool, format string, args ...any) error {
 		return nil
 	}
 	return fmt.Errorf(format, args...)
-}
-
-// Buffer is a bytes.Buffer for concurrent writers.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *Buffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *Buffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
