@@ -18,8 +18,10 @@ import (
 	"unsafe"
 )
 
-// AtomicOp names an atomic operation. The values travel in wire frames:
-// they are fixed, and a test pins them.
+// AtomicOp names an atomic operation on a mapped word. The wire has its
+// own op codes (netmesh.AtomicOp, which must not depend on heap); shmem
+// maps one to the other by name, and netmesh's tests check that the
+// numbers agree too.
 type AtomicOp uint8
 
 const (
