@@ -22,9 +22,10 @@ import (
 // reused only after its owner saw it completed or removed it itself.
 type call struct {
 	id     uint32
-	stream int
-	kind   byte   // typeGet, typeAtomic or typeFlush
-	dst    []byte // GET: the destination, exactly the requested length
+	stream int     // st.idx
+	st     *stream // the stream the request goes on and the reply comes back on
+	kind   byte    // typeGet, typeAtomic or typeFlush
+	dst    []byte  // GET: the destination, exactly the requested length
 	old    *uint64
 	width  byte
 	nbi    bool // nobody waits: the reader recycles it
@@ -70,7 +71,7 @@ var callPool = sync.Pool{New: func() any { return &call{wake: make(chan struct{}
 func getCall() *call { return callPool.Get().(*call) }
 
 func putCall(c *call) {
-	c.dst, c.old, c.err, c.val, c.nbi = nil, nil, nil, 0, false
+	c.dst, c.old, c.err, c.val, c.nbi, c.st = nil, nil, nil, 0, false, nil
 	c.way, c.explore, c.followed = wayNone, false, false
 	c.state.Store(callPending)
 	c.granted.Store(false)
@@ -93,6 +94,9 @@ func (c *call) complete(err error) {
 	c.state.Store(callDone)
 	c.signal()
 }
+
+// on sets the stream c's request goes on.
+func (c *call) on(st *stream) { c.st, c.stream = st, st.idx }
 
 func (c *call) done() bool { return c.state.Load() == callDone }
 

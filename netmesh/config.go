@@ -57,6 +57,11 @@ type Config struct {
 	// Both ends must agree. 0 means 1; at most 64.
 	Streams int
 
+	// ChanStreams bounds the channel streams (chan.go) this side opens
+	// per link: channels opened beyond it share the open channel stream
+	// with the fewest channels. 0 means 16; at most 64.
+	ChanStreams int
+
 	// SockBuf sets SO_SNDBUF and SO_RCVBUF when positive. 0 keeps the
 	// kernel's defaults and autotuning (net.ipv4.tcp_wmem/tcp_rmem),
 	// which fill loopback and 1-10 GbE links; setting a value turns
@@ -138,6 +143,8 @@ func (c *Config) normalize() error {
 		return bad("%d misses, want at most %d", c.Misses, maxMisses)
 	case c.Streams < 0 || c.Streams > maxStreams:
 		return bad("%d streams, want 1..%d", c.Streams, maxStreams)
+	case c.ChanStreams < 0 || c.ChanStreams > maxChanStreams:
+		return bad("%d channel streams, want 1..%d", c.ChanStreams, maxChanStreams)
 	case c.Spin > SpinOff:
 		return bad("spin mode %d", c.Spin)
 	}
@@ -152,6 +159,9 @@ func (c *Config) normalize() error {
 	}
 	if c.Streams == 0 {
 		c.Streams = 1
+	}
+	if c.ChanStreams == 0 {
+		c.ChanStreams = defaultChanStreams
 	}
 	c.Key = append([]byte(nil), c.Key...)
 	return nil

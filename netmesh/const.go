@@ -85,6 +85,14 @@ const (
 	hsAccept    = 0x04 // server -> client
 	hsRefuse    = 0x05 // either way, then close
 
+	hsKindLink = 0x00 // HELLO byte 20: one of the link's Config.Streams streams
+	hsKindChan = 0x01 // HELLO byte 20: a channel stream, opened on demand (chan.go)
+
+	// maxChanStreams bounds the channel streams one side of a link has
+	// open at once (HELLO's slot is below it): Config.ChanStreams is at
+	// most this.
+	maxChanStreams = 64
+
 	hsPrefixLen    = 8  // magic, version, kind, two kind-specific bytes
 	helloFixedLen  = 64 // then the job id
 	challengeLen   = 88
@@ -118,6 +126,8 @@ const (
 	defaultHeartbeat = time.Second
 	defaultMisses    = 5
 	maxStreams       = 64
+	// defaultChanStreams is Config.ChanStreams' default.
+	defaultChanStreams = 16
 	// handshakeTimeout bounds one connection's whole handshake (the
 	// smaller of this and Config.Timeout).
 	handshakeTimeout = 10 * time.Second

@@ -413,7 +413,7 @@ func TestAuthRefusals(t *testing.T) {
 		{"already connected rank", func(t *testing.T, c net.Conn) {
 			hp := good
 			hp.key = testKey
-			_, err := clientHandshake(c, &hp, 1, 0)
+			_, err := clientHandshake(c, &hp, 1, 0, hsKindLink)
 			var rf *refusal
 			if !errors.As(err, &rf) || rf.code != refuseDuplicate {
 				t.Fatalf("duplicate stream: %v", err)

@@ -35,9 +35,10 @@ import (
 //	7       1      -           reserved, 0
 //	8       4      LE uint32   client rank
 //	12      4      LE uint32   server rank: the rank the client means to reach
-//	16      2      LE uint16   stream index, < stream count
+//	16      2      LE uint16   stream index: < stream count for a link stream, the opener's slot (< 64) for a channel stream
 //	18      2      LE uint16   stream count (Config.Streams; both sides must agree)
-//	20      4      -           reserved, 0
+//	20      1      -           stream kind: 0x00 a link stream, 0x01 a channel stream (below)
+//	21      3      -           reserved, 0
 //	24      8      LE uint64   client segment size (len(Config.Mem))
 //	32      32     -           client nonce: fresh random bytes
 //	64      J      -           job id, UTF-8
@@ -61,6 +62,13 @@ import (
 // ACCEPT (8 bytes): bytes 6-7 reserved, 0. REFUSE (8 bytes): byte 6 is
 // the refusal code (refuseVersion ... refuseMalformed), byte 7 reserved.
 //
+// A link stream is one of the Config.Streams connections that make up a
+// link; the lower rank dials them at Connect. A channel stream (kind
+// 0x01, chan.go) is opened later, on demand, by either side for one of
+// its channels, once the link is ready: its dialler may be the higher
+// rank, and its stream index is the dialler's slot, at most one stream
+// per (dialler, slot) at a time. Any other kind is malformed.
+//
 // Each MAC covers the whole transcript so far, so every field of both
 // messages (version, job id, ranks, stream, segment sizes, both nonces)
 // is authenticated. Both nonces are fresh per connection, so a recorded
@@ -73,6 +81,7 @@ type hello struct {
 	server     uint32
 	stream     uint16
 	streams    uint16
+	kind       byte // hsKindLink or hsKindChan
 	memSize    uint64
 	nonce      [nonceLen]byte
 	raw        []byte // the encoded message, for the transcript
@@ -122,7 +131,7 @@ func appendHello(b []byte, h *hello) []byte {
 	b = le.AppendUint32(b, h.server)
 	b = le.AppendUint16(b, h.stream)
 	b = le.AppendUint16(b, h.streams)
-	b = append(b, 0, 0, 0, 0)
+	b = append(b, h.kind, 0, 0, 0)
 	b = le.AppendUint64(b, h.memSize)
 	b = append(b, h.nonce[:]...)
 	return append(b, h.jobID...)
@@ -144,14 +153,17 @@ func parseHello(b []byte) (hello, error) {
 		return hello{}, hsErr("HELLO with an empty job id")
 	case len(b) != helloLen(int(j)):
 		return hello{}, hsErr("HELLO of %d bytes, want %d", len(b), helloLen(int(j)))
-	case r != 0 || le.Uint32(b[20:24]) != 0:
+	case r != 0 || b[21] != 0 || b[22] != 0 || b[23] != 0:
 		return hello{}, hsErr("HELLO with reserved bytes set")
+	case b[20] != hsKindLink && b[20] != hsKindChan:
+		return hello{}, hsErr("HELLO of stream kind 0x%02x", b[20])
 	}
 	h := hello{
 		client:  le.Uint32(b[8:12]),
 		server:  le.Uint32(b[12:16]),
 		stream:  le.Uint16(b[16:18]),
 		streams: le.Uint16(b[18:20]),
+		kind:    b[20],
 		memSize: le.Uint64(b[24:32]),
 		jobID:   string(b[64:]),
 		raw:     b,
@@ -167,10 +179,16 @@ func checkHello(h *hello, p *hsParams) error {
 		return &refusal{code: refuseJob, msg: fmt.Sprintf("job %q, want %q", h.jobID, p.jobID)}
 	case int64(h.server) != int64(p.rank):
 		return &refusal{code: refuseRank, msg: fmt.Sprintf("meant for PE %d, this is PE %d", h.server, p.rank)}
-	case int64(h.client) >= int64(p.rank):
+	case h.kind == hsKindLink && int64(h.client) >= int64(p.rank):
 		return &refusal{code: refuseRank, msg: fmt.Sprintf("PE %d may not dial PE %d (the lower rank dials)", h.client, p.rank)}
-	case int(h.streams) != p.streams || h.stream >= h.streams:
-		return &refusal{code: refuseStreams, msg: fmt.Sprintf("stream %d of %d, want %d streams", h.stream, h.streams, p.streams)}
+	case h.kind == hsKindChan && (int64(h.client) == int64(p.rank) || int64(h.client) >= int64(p.size)):
+		return &refusal{code: refuseRank, msg: fmt.Sprintf("channel stream from PE %d to PE %d in a job of %d", h.client, p.rank, p.size)}
+	case int(h.streams) != p.streams:
+		return &refusal{code: refuseStreams, msg: fmt.Sprintf("%d streams, want %d", h.streams, p.streams)}
+	case h.kind == hsKindLink && h.stream >= h.streams:
+		return &refusal{code: refuseStreams, msg: fmt.Sprintf("stream %d of %d", h.stream, h.streams)}
+	case h.kind == hsKindChan && h.stream >= maxChanStreams:
+		return &refusal{code: refuseStreams, msg: fmt.Sprintf("channel stream slot %d, want < %d", h.stream, maxChanStreams)}
 	}
 	return nil
 }
@@ -361,16 +379,18 @@ func serverHandshake(rw io.ReadWriter, p *hsParams, admit func(*hello) byte) (he
 }
 
 // clientHandshake runs the dialing side on rw (the caller has set a
-// deadline) to reach rank server as stream index stream. It returns the
+// deadline) to reach rank server as stream index stream of kind
+// (hsKindLink, or hsKindChan with stream the slot). It returns the
 // server's segment size. A refusal or a bad server MAC wraps errs.Auth;
 // an I/O error is returned as it is, so the dialer may retry.
-func clientHandshake(rw io.ReadWriter, p *hsParams, server, stream int) (uint64, error) {
+func clientHandshake(rw io.ReadWriter, p *hsParams, server, stream int, kind byte) (uint64, error) {
 	h := hello{
 		jobID:   p.jobID,
 		client:  uint32(p.rank),
 		server:  uint32(server),
 		stream:  uint16(stream),
 		streams: uint16(p.streams),
+		kind:    kind,
 		memSize: p.memSize,
 	}
 	copy(h.nonce[:], auth.Nonce())

@@ -34,7 +34,7 @@ func runHandshake(t *testing.T, cp, sp *hsParams, admit func(*hello) byte) (uint
 		b.Close()
 		sc <- res{h, err}
 	}()
-	pm, cerr := clientHandshake(a, cp, 3, 1)
+	pm, cerr := clientHandshake(a, cp, 3, 1, hsKindLink)
 	a.Close()
 	s := <-sc
 	return pm, cerr, s.h, s.err
@@ -112,7 +112,7 @@ func FuzzHandshake(f *testing.F) {
 		// never succeeds either (the challenge cannot carry a valid MAC).
 		in = io.MultiReader(bytes.NewReader(first), bytes.NewReader(second))
 		rw.Reader = in
-		if _, err := clientHandshake(rw, clientParams(), 3, 0); err == nil {
+		if _, err := clientHandshake(rw, clientParams(), 3, 0, hsKindLink); err == nil {
 			t.Fatal("client accepted fuzz input")
 		}
 		// The parsers never panic.

@@ -223,7 +223,7 @@ func (st *stream) closeConn() {
 // failed, so that a caller blocked reading sees its call completed.
 func (l *Link) kickAll() {
 	l.m.mu.Lock()
-	streams := l.streams
+	streams := l.allLocked()
 	l.m.mu.Unlock()
 	for _, st := range streams {
 		if st != nil {

@@ -21,9 +21,17 @@ type Link struct {
 	rank    int
 	peerMem uint64 // the peer's segment size, from the handshake
 
-	streams []*stream // by index; entries set under m.mu before the link is ready
+	streams []*stream // the link's own streams, by index; entries set under m.mu before the link is ready
 	up      int       // streams started; under m.mu
 	ready   bool      // every stream started; under m.mu
+
+	// Context streams (chan.go): every stream of the link, the link's own
+	// first, then the context streams, rebuilt under m.mu when one opens
+	// or retires; and the context streams by opener and slot.
+	all     atomic.Pointer[[]*stream]
+	own     chanSlots               // opened by this side; under own.mu
+	peerCtx [maxChanStreams]*stream // opened by the peer, by slot; under m.mu
+	nextIdx int                     // the next context stream's index; under m.mu
 
 	calls callTable
 
@@ -41,7 +49,7 @@ const (
 )
 
 func newLink(m *Mesh, rank int, peerMem uint64) *Link {
-	l := &Link{m: m, rank: rank, peerMem: peerMem, streams: make([]*stream, m.cfg.Streams)}
+	l := &Link{m: m, rank: rank, peerMem: peerMem, streams: make([]*stream, m.cfg.Streams), nextIdx: m.cfg.Streams}
 	l.calls.init()
 	return l
 }
@@ -92,7 +100,7 @@ func (l *Link) fail(err error, report bool) {
 	m := l.m
 	m.mu.Lock()
 	closing := m.closing
-	streams := append([]*stream(nil), l.streams...)
+	streams := l.allLocked()
 	m.notifyChanged()
 	m.mu.Unlock()
 	for _, st := range streams {
@@ -118,7 +126,7 @@ func (l *Link) opErr(err error) error {
 	if e := l.Err(); e != nil {
 		return e
 	}
-	if err == errShut {
+	if err == errShut || err == errChanClosed {
 		return fmt.Errorf("netmesh: link to PE %d closing: %w", l.rank, errs.Finalized)
 	}
 	return l.lostErr(err)
@@ -146,16 +154,16 @@ type part struct {
 // or there is one stream, else in len(streams) contiguous parts, split on
 // stripeAlign boundaries. Parts longer than MaxPayload become several
 // frames on their stream.
-func (l *Link) plan(off uint64, n int, buf *[maxStreams]part) []part {
+func plan(sts []*stream, off uint64, n int, buf *[maxStreams]part) []part {
 	ps := buf[:0]
-	k := len(l.streams)
+	k := len(sts)
 	if k == 1 || n < stripeMin {
-		return append(ps, part{st: l.streams[0], off: off, n: n})
+		return append(ps, part{st: sts[0], off: off, n: n})
 	}
 	per := ((n+k-1)/k + stripeAlign - 1) / stripeAlign * stripeAlign // k*per >= n
 	for i, lo := 0, 0; lo < n; i++ {
 		sz := min(per, n-lo)
-		ps = append(ps, part{st: l.streams[i], off: off + uint64(lo), lo: lo, n: sz})
+		ps = append(ps, part{st: sts[i], off: off + uint64(lo), lo: lo, n: sz})
 		lo += sz
 	}
 	return ps
@@ -165,18 +173,21 @@ func (l *Link) plan(off uint64, n int, buf *[maxStreams]part) []part {
 // reused, not when the data has arrived (that is Flush's job). A small
 // src (up to 2 KiB) is copied and leaves with the next frame sent on the
 // stream, or within corkDelay (writer.go).
-func (l *Link) Put(off uint64, src []byte) error { return l.put(off, src, true) }
+func (l *Link) Put(off uint64, src []byte) error { return l.put(l.streams, off, src, true) }
 
 // PutNBI is Put without waiting: src must not change until the next
 // Flush returns.
-func (l *Link) PutNBI(off uint64, src []byte) error { return l.put(off, src, false) }
+func (l *Link) PutNBI(off uint64, src []byte) error { return l.put(l.streams, off, src, false) }
 
-func (l *Link) put(off uint64, src []byte, blocking bool) error {
+// put is Put (blocking) or PutNBI on the streams sts: the link's own, or
+// a channel's one (chan.go). So are the other unexported operations that
+// take sts.
+func (l *Link) put(sts []*stream, off uint64, src []byte, blocking bool) error {
 	if err := l.checkRange("put", off, len(src)); err != nil || len(src) == 0 {
 		return err
 	}
 	var buf [maxStreams]part
-	ps := l.plan(off, len(src), &buf)
+	ps := plan(sts, off, len(src), &buf)
 	if len(ps) == 1 {
 		mode := sendLater
 		switch {
@@ -254,6 +265,10 @@ const stridedBatch = 64 << 10
 // are Puts of their own. It returns when src may be reused. Every block's
 // range is checked, without overflow, before anything is queued.
 func (l *Link) PutBlocks(off uint64, dstStride int, src []byte, srcStride, width, n int) error {
+	return l.putBlocks(l.streams, off, dstStride, src, srcStride, width, n)
+}
+
+func (l *Link) putBlocks(sts []*stream, off uint64, dstStride int, src []byte, srcStride, width, n int) error {
 	switch {
 	case n == 0 || width == 0:
 		return nil
@@ -277,13 +292,13 @@ func (l *Link) PutBlocks(off uint64, dstStride int, src []byte, srcStride, width
 	if width > copyMax {
 		for k := 0; k < n; k++ {
 			e := k * srcStride
-			if err := l.Put(off+uint64(k)*span, src[e:e+width]); err != nil {
+			if err := l.put(sts, off+uint64(k)*span, src[e:e+width], true); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	q := l.streams[0].q
+	q := sts[0].q
 	for k := 0; k < n; {
 		b, err := q.open()
 		if err != nil {
@@ -310,17 +325,17 @@ func (l *Link) PutBlocks(off uint64, dstStride int, src []byte, srcStride, width
 // The peer applies the data before the signal. It returns when src may be
 // reused. The data always travels on stream 0, with the signal.
 func (l *Link) PutSignal(off uint64, src []byte, sigOff uint64, add bool, v uint64) error {
-	return l.putSignal(off, src, sigOff, add, v, true)
+	return l.putSignal(l.streams, off, src, sigOff, add, v, true)
 }
 
 // PutSignalNBI is PutSignal without waiting: src must not change until
 // the next Flush returns, and the frames leave with the link's writer
 // goroutine or the next write on stream 0.
 func (l *Link) PutSignalNBI(off uint64, src []byte, sigOff uint64, add bool, v uint64) error {
-	return l.putSignal(off, src, sigOff, add, v, false)
+	return l.putSignal(l.streams, off, src, sigOff, add, v, false)
 }
 
-func (l *Link) putSignal(off uint64, src []byte, sigOff uint64, add bool, v uint64, blocking bool) error {
+func (l *Link) putSignal(sts []*stream, off uint64, src []byte, sigOff uint64, add bool, v uint64, blocking bool) error {
 	if err := l.checkRange("put-signal data", off, len(src)); err != nil {
 		return err
 	}
@@ -334,7 +349,7 @@ func (l *Link) putSignal(off uint64, src []byte, sigOff uint64, add bool, v uint
 	if add {
 		op = signalAdd
 	}
-	q := l.streams[0].q
+	q := sts[0].q
 	b, err := q.open()
 	if err != nil {
 		return l.opErr(err)
@@ -369,19 +384,20 @@ func (l *Link) putSignal(off uint64, src []byte, sigOff uint64, add bool, v uint
 
 // Get reads len(dst) bytes at off of the peer's segment into dst. The
 // reply is read from the socket straight into dst.
-func (l *Link) Get(dst []byte, off uint64) error { return l.get(dst, off, true) }
+func (l *Link) Get(dst []byte, off uint64) error { return l.get(l.streams, dst, off, true) }
 
 // GetNBI is Get without waiting: dst holds the data after the next Flush.
-func (l *Link) GetNBI(dst []byte, off uint64) error { return l.get(dst, off, false) }
+func (l *Link) GetNBI(dst []byte, off uint64) error { return l.get(l.streams, dst, off, false) }
 
-func (l *Link) get(dst []byte, off uint64, blocking bool) error {
+func (l *Link) get(sts []*stream, dst []byte, off uint64, blocking bool) error {
 	if err := l.checkRange("get", off, len(dst)); err != nil || len(dst) == 0 {
 		return err
 	}
-	if len(l.streams) == 1 && len(dst) <= MaxPayload {
+	if len(sts) == 1 && len(dst) <= MaxPayload {
 		// The common case: one request, one reply.
 		c := getCall()
-		c.kind, c.stream, c.dst, c.nbi = typeGet, 0, dst, !blocking
+		c.kind, c.dst, c.nbi = typeGet, dst, !blocking
+		c.on(sts[0])
 		if err := l.request(c, func(b []byte) []byte { return appendGet(b, c.id, off, uint32(len(dst))) }, blocking); err != nil {
 			return err
 		}
@@ -395,11 +411,12 @@ func (l *Link) get(dst []byte, off uint64, blocking bool) error {
 	var buf [maxStreams]part
 	var calls []*call
 	var first error
-	for _, p := range l.plan(off, len(dst), &buf) {
+	for _, p := range plan(sts, off, len(dst), &buf) {
 		for lo := 0; lo < p.n; lo += MaxPayload {
 			n := min(MaxPayload, p.n-lo)
 			c := getCall()
-			c.kind, c.stream, c.nbi = typeGet, p.st.idx, !blocking
+			c.kind, c.nbi = typeGet, !blocking
+			c.on(p.st)
 			c.dst = dst[p.lo+lo : p.lo+lo+n]
 			coff := p.off + uint64(lo)
 			if err := l.request(c, func(b []byte) []byte { return appendGet(b, c.id, coff, uint32(n)) }, blocking); err != nil {
@@ -433,7 +450,7 @@ func (l *Link) request(c *call, enc func([]byte) []byte, blocking bool) error {
 		putCall(c)
 		return l.opErr(err)
 	}
-	q := l.streams[c.stream].q
+	q := c.st.q
 	b, err := q.open()
 	if err != nil {
 		// Nothing was queued, so no reply can come: the call is ours again
@@ -471,7 +488,7 @@ var errWaitTimeout = errors.New("netmesh: wait timed out")
 
 // wait waits for the blocking call c (see stream.await) for at most
 // Config.Timeout.
-func (l *Link) wait(c *call) error { return l.streams[c.stream].await(c, l.m.cfg.Timeout) }
+func (l *Link) wait(c *call) error { return c.st.await(c, l.m.cfg.Timeout) }
 
 func (l *Link) waitErr(err error, what string, n int, off uint64) error {
 	if err == errWaitTimeout {
@@ -512,12 +529,17 @@ func (l *Link) checkAtomic(width int, op AtomicOp, off, v, cond uint64) (uint64,
 // set). cond is the compare value of compare-swap. It returns when the
 // peer has applied it.
 func (l *Link) Atomic(width int, op AtomicOp, off, v, cond uint64) (uint64, error) {
+	return l.atomic(l.streams, width, op, off, v, cond)
+}
+
+func (l *Link) atomic(sts []*stream, width int, op AtomicOp, off, v, cond uint64) (uint64, error) {
 	v, cond, err := l.checkAtomic(width, op, off, v, cond)
 	if err != nil {
 		return 0, err
 	}
 	c := getCall()
-	c.kind, c.stream, c.width = typeAtomic, 0, byte(width)
+	c.kind, c.width = typeAtomic, byte(width)
+	c.on(sts[0])
 	if err := l.request(c, func(b []byte) []byte { return appendAtomic(b, c.id, byte(op), byte(width), off, v, cond) }, true); err != nil {
 		return 0, err
 	}
@@ -534,22 +556,27 @@ func (l *Link) Atomic(width int, op AtomicOp, off, v, cond uint64) (uint64, erro
 // in *dst, valid after the next Flush; with dst nil the old value is not
 // sent back at all.
 func (l *Link) AtomicNBI(width int, op AtomicOp, off, v, cond uint64, dst *uint64) error {
+	return l.atomicNBI(l.streams, width, op, off, v, cond, dst)
+}
+
+func (l *Link) atomicNBI(sts []*stream, width int, op AtomicOp, off, v, cond uint64, dst *uint64) error {
 	v, cond, err := l.checkAtomic(width, op, off, v, cond)
 	if err != nil {
 		return err
 	}
 	if dst != nil {
 		c := getCall()
-		c.kind, c.stream, c.width, c.old, c.nbi = typeAtomic, 0, byte(width), dst, true
+		c.kind, c.width, c.old, c.nbi = typeAtomic, byte(width), dst, true
+		c.on(sts[0])
 		return l.request(c, func(b []byte) []byte { return appendAtomic(b, c.id, byte(op), byte(width), off, v, cond) }, false)
 	}
-	return l.atomicNoReply(width, op, off, v, cond, true, sendLater)
+	return l.atomicNoReply(sts[0], width, op, off, v, cond, true, sendLater)
 }
 
-// atomicNoReply queues an ATOMIC that asks for no reply on stream 0 and
+// atomicNoReply queues an ATOMIC that asks for no reply on st and
 // commits it with mode; counted says whether Flush must cover it.
-func (l *Link) atomicNoReply(width int, op AtomicOp, off, v, cond uint64, counted bool, mode int) error {
-	q := l.streams[0].q
+func (l *Link) atomicNoReply(st *stream, width int, op AtomicOp, off, v, cond uint64, counted bool, mode int) error {
+	q := st.q
 	b, err := q.open()
 	if err != nil {
 		return l.opErr(err)
@@ -575,34 +602,44 @@ func (l *Link) Signal(off, v uint64) error {
 	if _, _, err := l.checkAtomic(8, OpSet, off, v, 0); err != nil {
 		return err
 	}
-	return l.atomicNoReply(8, OpSet, off, v, 0, false, sendNow)
+	return l.atomicNoReply(l.streams[0], 8, OpSet, off, v, 0, false, sendNow)
 }
 
 // Flush returns once the peer has applied every frame this side queued on
-// the link before the call, and every reply to a GET or atomic queued
-// before it has arrived. Only streams with something new since their last
-// flush are flushed; with nothing outstanding Flush returns at once.
+// the link before the call, on the link's own streams and on every
+// channel's (chan.go), and every reply to a GET or atomic queued before
+// it has arrived. Only streams with something new since their last flush
+// are flushed; with nothing outstanding Flush returns at once.
 //
 // A FLUSH left unanswered for Config.Timeout fails with errs.Timeout and
 // takes the link down (errs.PeerLost) before Flush returns: the
 // non-blocking GETs and fetching atomics it was to complete fail, and no
 // reply is written into their destinations after Flush returned.
-func (l *Link) Flush() error {
+func (l *Link) Flush() error { return l.flush(l.allStreams()) }
+
+// flush is Flush for the streams sts.
+func (l *Link) flush(sts []*stream) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
 	var (
-		calls [maxStreams]*call
-		marks [maxStreams]uint64
-		first error
+		callBuf [maxStreams]*call
+		markBuf [maxStreams]uint64
+		calls   = callBuf[:]
+		marks   = markBuf[:]
+		first   error
 	)
-	for i, st := range l.streams {
+	if len(sts) > maxStreams {
+		calls, marks = make([]*call, len(sts)), make([]uint64, len(sts))
+	}
+	for i, st := range sts {
 		mark := st.q.sent.Load()
 		if mark <= st.q.flushed.Load() {
 			continue
 		}
 		c := getCall()
-		c.kind, c.stream = typeFlush, i
+		c.kind = typeFlush
+		c.on(st)
 		if err := l.request(c, func(b []byte) []byte { return appendFlush(b, c.id) }, true); err != nil {
 			first = err
 			break
@@ -610,7 +647,7 @@ func (l *Link) Flush() error {
 		calls[i], marks[i] = c, mark
 	}
 	timedOut := false
-	for i, c := range calls[:len(l.streams)] {
+	for i, c := range calls[:len(sts)] {
 		if c == nil {
 			continue
 		}
@@ -623,7 +660,7 @@ func (l *Link) Flush() error {
 			timedOut = timedOut || err == errWaitTimeout
 			continue
 		}
-		q := l.streams[i].q
+		q := sts[i].q
 		for f := q.flushed.Load(); f < marks[i] && !q.flushed.CompareAndSwap(f, marks[i]); f = q.flushed.Load() {
 		}
 	}
@@ -647,7 +684,7 @@ func (l *Link) Flush() error {
 // bounded all the same (goodbyeWait), so that it cannot hang.
 func (l *Link) quiesce() {
 	deadline := time.Now().Add(goodbyeWait)
-	for _, st := range l.streams {
+	for _, st := range l.allStreams() {
 		for {
 			st.rmu.Lock()
 			done := st.tok.ended && !st.tok.held()
@@ -660,10 +697,12 @@ func (l *Link) quiesce() {
 	}
 }
 
-// Outstanding reports whether anything was queued on the link since the
-// last completed Flush.
-func (l *Link) Outstanding() bool {
-	for _, st := range l.streams {
+// Outstanding reports whether anything was queued on the link (its own
+// streams or a channel's) since the last completed Flush.
+func (l *Link) Outstanding() bool { return outstanding(l.allStreams()) }
+
+func outstanding(sts []*stream) bool {
+	for _, st := range sts {
 		if st.q.sent.Load() > st.q.flushed.Load() {
 			return true
 		}
@@ -674,11 +713,13 @@ func (l *Link) Outstanding() bool {
 // Fence orders the operations queued before it before those queued after
 // it. With one stream it is free (the stream is ordered); with several it
 // is a Flush, since striped parts travel on different streams.
-func (l *Link) Fence() error {
-	if len(l.streams) == 1 {
+func (l *Link) Fence() error { return l.fence(l.streams) }
+
+func (l *Link) fence(sts []*stream) error {
+	if len(sts) == 1 {
 		return l.Err()
 	}
-	return l.Flush()
+	return l.flush(sts)
 }
 
 // shutdown is the link's part of Close: goodbye on every stream, wait
@@ -689,12 +730,7 @@ func (l *Link) shutdown() {
 	l.calls.failStream(-1, l.Err(), true)
 	l.kickAll()
 	l.m.mu.Lock()
-	streams := make([]*stream, 0, len(l.streams))
-	for _, st := range l.streams {
-		if st != nil {
-			streams = append(streams, st)
-		}
-	}
+	streams := l.allLocked()
 	l.m.mu.Unlock()
 	deadline := time.Now().Add(goodbyeWait)
 	for _, st := range streams {
@@ -731,6 +767,11 @@ type stream struct {
 	started atomic.Bool
 	recvs   atomic.Uint64 // reads that returned data: the watchdog's receive clock
 
+	// A channel stream (chan.go) has the dialler's slot (-1: one of the
+	// link's own streams); dialled says this side opened it.
+	chanSlot int
+	dialled  bool
+
 	// Read state, owned by whoever holds the read token (lead.go).
 	buf     []byte
 	r, w    int
@@ -755,8 +796,12 @@ type stream struct {
 
 func newStream(l *Link, idx int, c *net.TCPConn) (*stream, error) {
 	st := &stream{l: l, idx: idx, conn: c, stop: make(chan struct{}), gone: make(chan struct{}),
-		buf: make([]byte, readBuf)}
-	q, err := newSendQueue(c, func(err error) { l.fail(l.lostErr(err), true) })
+		buf: make([]byte, readBuf), chanSlot: -1}
+	q, err := newSendQueue(c, func(err error) {
+		if err != errChanClosed { // a retired channel stream: not a loss
+			l.fail(l.lostErr(err), true)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ func TestPlan(t *testing.T) {
 		}
 		off := rng.Uint64N(1 << 40)
 		var buf [maxStreams]part
-		ps := l.plan(off, n, &buf)
+		ps := plan(l.streams, off, n, &buf)
 		if len(ps) > k || (n < stripeMin && len(ps) != 1) {
 			t.Fatalf("n=%d k=%d: %d parts", n, k, len(ps))
 		}

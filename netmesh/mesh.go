@@ -28,6 +28,7 @@ type Mesh struct {
 	mu       sync.Mutex            // protects the fields below
 	links    map[int]*Link         // by rank: every link with at least one stream
 	expected map[int]bool          // ranks Connect was given; nil before Connect
+	addrs    map[int]string        // their addresses, as Connect was given them ("" for some lower ranks)
 	hsConns  map[net.Conn]struct{} // connections in the handshake
 	closing  bool
 	changed  chan struct{} // closed (and replaced) when a link becomes ready or fails
@@ -117,8 +118,10 @@ func (m *Mesh) Connect(ctx context.Context, peers map[int]string) error {
 		return fmt.Errorf("netmesh: PE %d: Connect called twice: %w", m.cfg.Rank, errs.Invalid)
 	}
 	m.expected = make(map[int]bool, len(peers))
-	for r := range peers {
+	m.addrs = make(map[int]string, len(peers))
+	for r, a := range peers {
 		m.expected[r] = true
+		m.addrs[r] = a
 	}
 	// Links from ranks that are not peers after all are closed.
 	var strays []*Link
@@ -234,7 +237,7 @@ func (m *Mesh) dial(ctx context.Context, rank int, addr string, s int) error {
 	backoff := 5 * time.Millisecond
 	d := net.Dialer{Control: sockBufControl(m.cfg.SockBuf)}
 	for {
-		err := m.dialOnce(ctx, &d, rank, addr, s)
+		_, err := m.dialOnce(ctx, &d, rank, addr, s, hsKindLink)
 		if err == nil || ctx.Err() != nil {
 			return nil
 		}
@@ -253,34 +256,39 @@ func (m *Mesh) dial(ctx context.Context, rank int, addr string, s int) error {
 	}
 }
 
-func (m *Mesh) dialOnce(ctx context.Context, d *net.Dialer, rank int, addr string, s int) error {
+// dialOnce dials addr once and, after the handshake, registers and
+// starts the connection as stream s of kind (hsKindLink, or hsKindChan
+// with s the slot) of the link to rank.
+func (m *Mesh) dialOnce(ctx context.Context, d *net.Dialer, rank int, addr string, s int, kind byte) (*stream, error) {
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	conn := c.(*net.TCPConn)
 	if !m.track(conn) {
 		conn.Close()
-		return fmt.Errorf("netmesh: mesh closing: %w", errs.Finalized)
+		return nil, fmt.Errorf("netmesh: mesh closing: %w", errs.Finalized)
 	}
 	defer m.untrack(conn)
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	conn.SetDeadline(time.Now().Add(m.hsTimeout))
-	peerMem, err := clientHandshake(conn, &m.hs, rank, s)
+	peerMem, err := clientHandshake(conn, &m.hs, rank, s, kind)
 	stopped := stop()
 	if err == nil && !stopped {
 		err = ctx.Err()
 	}
 	if err != nil {
 		conn.Close()
-		return err
+		return nil, err
 	}
 	conn.SetDeadline(time.Time{})
-	if err := m.attach(rank, s, conn, peerMem); err != nil {
+	st, err := m.register(rank, s, kind, true, conn, peerMem)
+	if err != nil {
 		conn.Close()
-		return err
+		return nil, err
 	}
-	return nil
+	m.start(st)
+	return st, nil
 }
 
 // track records a connection in the handshake, so Close can end it.
@@ -317,7 +325,7 @@ func (m *Mesh) acceptLoop() {
 			continue
 		}
 		m.mu.Lock()
-		full := len(m.hsConns) >= maxHandshakes+m.cfg.Size*m.cfg.Streams
+		full := len(m.hsConns) >= maxHandshakes+m.cfg.Size*(m.cfg.Streams+1)
 		m.mu.Unlock()
 		if full || !m.track(c) {
 			m.logf("netmesh: PE %d: refused connection from %s: too many handshakes in progress", m.cfg.Rank, c.RemoteAddr())
@@ -375,26 +383,17 @@ func (m *Mesh) admit(h *hello, c *net.TCPConn) (*stream, byte, error) {
 		return nil, refuseRank, fmt.Errorf("netmesh: PE %d at %s is not a remote peer of this PE", h.client, c.RemoteAddr())
 	}
 	m.mu.Unlock()
-	st, err := m.register(int(h.client), int(h.stream), c, h.memSize)
+	st, err := m.register(int(h.client), int(h.stream), h.kind, false, c, h.memSize)
 	if err != nil {
 		return nil, refuseDuplicate, err
 	}
 	return st, 0, nil
 }
 
-// attach registers and starts a dialled stream.
-func (m *Mesh) attach(rank, s int, c *net.TCPConn, peerMem uint64) error {
-	st, err := m.register(rank, s, c, peerMem)
-	if err != nil {
-		return err
-	}
-	m.start(st)
-	return nil
-}
-
 // register makes c stream s of the link to rank, creating the link with
-// its first stream.
-func (m *Mesh) register(rank, s int, c *net.TCPConn, peerMem uint64) (*stream, error) {
+// its first stream; for kind hsKindChan, a channel stream of the ready
+// link in slot s of the dialler (this side when dialled is set).
+func (m *Mesh) register(rank, s int, kind byte, dialled bool, c *net.TCPConn, peerMem uint64) (*stream, error) {
 	if err := tuneConn(c, m.cfg.SockBuf, m.lossAfter); err != nil {
 		return nil, fmt.Errorf("netmesh: PE %d: socket options for PE %d: %w", m.cfg.Rank, rank, err)
 	}
@@ -404,6 +403,9 @@ func (m *Mesh) register(rank, s int, c *net.TCPConn, peerMem uint64) (*stream, e
 		return nil, fmt.Errorf("netmesh: PE %d: mesh closing: %w", m.cfg.Rank, errs.Finalized)
 	}
 	l := m.links[rank]
+	if kind == hsKindChan {
+		return m.registerChanLocked(l, rank, s, dialled, c, peerMem)
+	}
 	if l == nil {
 		l = newLink(m, rank, peerMem)
 		m.links[rank] = l
@@ -424,6 +426,31 @@ func (m *Mesh) register(rank, s int, c *net.TCPConn, peerMem uint64) (*stream, e
 	return st, nil
 }
 
+// registerChanLocked is register for a channel stream. m.mu is held.
+func (m *Mesh) registerChanLocked(l *Link, rank, slot int, dialled bool, c *net.TCPConn, peerMem uint64) (*stream, error) {
+	switch {
+	case l == nil || !l.ready:
+		return nil, fmt.Errorf("netmesh: PE %d: channel stream %d with PE %d before the link is up: %w", m.cfg.Rank, slot, rank, errs.Protocol)
+	case l.Err() != nil:
+		return nil, fmt.Errorf("netmesh: PE %d: channel stream %d with PE %d: the link is down: %w", m.cfg.Rank, slot, rank, errs.Protocol)
+	case l.peerMem != peerMem:
+		return nil, fmt.Errorf("netmesh: PE %d: PE %d's streams disagree on its segment size (%d, %d): %w", m.cfg.Rank, rank, l.peerMem, peerMem, errs.Protocol)
+	case !dialled && l.peerCtx[slot] != nil:
+		return nil, fmt.Errorf("netmesh: PE %d: channel stream %d from PE %d is already connected: %w", m.cfg.Rank, slot, rank, errs.Protocol)
+	}
+	st, err := newStream(l, l.nextIdx, c)
+	if err != nil {
+		return nil, err
+	}
+	l.nextIdx++
+	st.chanSlot, st.dialled = slot, dialled
+	if !dialled {
+		l.peerCtx[slot] = st
+	}
+	l.setAllLocked(append(l.allLocked(), st))
+	return st, nil
+}
+
 // start runs a registered stream; its link becomes ready when every
 // stream runs.
 func (m *Mesh) start(st *stream) {
@@ -437,9 +464,14 @@ func (m *Mesh) start(st *stream) {
 		defer m.wg.Done()
 		st.q.run(st.stop)
 	}()
+	if st.chanSlot >= 0 {
+		m.updatePollList()
+		return
+	}
 	l.up++
 	if l.up == len(l.streams) {
 		l.ready = true
+		l.setAllLocked(append([]*stream(nil), l.streams...))
 		m.updatePollList()
 		m.notifyChanged()
 	}

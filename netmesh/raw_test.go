@@ -39,7 +39,7 @@ func dialRaw(t testing.TB, addr string, hp hsParams, target, stream int) *rawPee
 		t.Fatal(err)
 	}
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	pm, err := clientHandshake(c, &hp, target, stream)
+	pm, err := clientHandshake(c, &hp, target, stream, hsKindLink)
 	if err != nil {
 		t.Fatal(err)
 	}

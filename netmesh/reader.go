@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/goshmem/goshmem/internal/errs"
@@ -25,6 +26,11 @@ import (
 const readBuf = 64 << 10
 
 var errGoodbye = errors.New("netmesh: peer said goodbye")
+
+// testApplyHook, when set (by tests only), runs before each frame is
+// applied, in the goroutine applying it: a test holds a stream's frames
+// by blocking in it.
+var testApplyHook atomic.Pointer[func(*stream)]
 
 // peerError is an ERROR frame from the peer.
 type peerError struct {
@@ -144,6 +150,9 @@ func (st *stream) serve(c *call) error {
 			}
 			return err
 		}
+		if h := testApplyHook.Load(); h != nil {
+			(*h)(st)
+		}
 		if err := st.apply(t, st.buf[st.r:st.r+hl], c); err != nil {
 			return err
 		}
@@ -177,6 +186,10 @@ func (l *Link) violationErr(s int, err error) error {
 
 // streamEnded handles the end of a stream's reader.
 func (l *Link) streamEnded(st *stream, err error) {
+	if st.chanSlot >= 0 && err == errGoodbye {
+		l.chanEnded(st) // a channel stream's goodbye ends that stream only
+		return
+	}
 	var we *wireError
 	var pe *peerError
 	switch {

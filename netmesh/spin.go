@@ -396,8 +396,8 @@ func (m *Mesh) updatePollList() {
 		if !l.ready || l.Err() != nil {
 			continue
 		}
-		for _, st := range l.streams {
-			if st != nil && st.started.Load() {
+		for _, st := range l.allLocked() {
+			if st.started.Load() {
 				list = append(list, st)
 			}
 		}

@@ -38,8 +38,8 @@ func (m *Mesh) watchdog() {
 			if l.Err() != nil {
 				continue
 			}
-			for _, st := range l.streams {
-				if st != nil && st.started.Load() {
+			for _, st := range l.allLocked() {
+				if st.started.Load() {
 					streams = append(streams, st)
 				}
 			}
