@@ -244,6 +244,10 @@ func (ch *Channel) Link() *Link { return ch.l }
 // other channels or not), rather than using the link's own streams.
 func (ch *Channel) Own() bool { return ch.slot >= 0 }
 
+// Slot is the channel's slot among the channel streams this side opened
+// on the link (-1 when it uses the link's own streams).
+func (ch *Channel) Slot() int { return ch.slot }
+
 // Put is Link.Put through the channel.
 func (ch *Channel) Put(off uint64, src []byte) error {
 	if err := ch.check(); err != nil {

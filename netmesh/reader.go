@@ -32,6 +32,28 @@ var errGoodbye = errors.New("netmesh: peer said goodbye")
 // by blocking in it.
 var testApplyHook atomic.Pointer[func(*stream)]
 
+// SetTestApplyHook is for tests (this package's and those of packages
+// built on it): f, unless nil, is called before each frame any mesh of
+// the process applies, by the goroutine applying it, with the applying
+// PE's rank, the sending PE's rank, and the slot of the channel stream
+// it arrives on when the sender opened that stream (its channel's
+// requests; -1 otherwise). Blocking in f holds that stream's frames, and
+// only that stream's. nil removes the hook.
+func SetTestApplyHook(f func(rank, from, slot int)) {
+	if f == nil {
+		testApplyHook.Store(nil)
+		return
+	}
+	h := func(st *stream) {
+		slot := -1
+		if st.chanSlot >= 0 && !st.dialled {
+			slot = st.chanSlot
+		}
+		f(st.l.m.cfg.Rank, st.l.rank, slot)
+	}
+	testApplyHook.Store(&h)
+}
+
 // peerError is an ERROR frame from the peer.
 type peerError struct {
 	code uint16

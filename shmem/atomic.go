@@ -36,14 +36,14 @@ func amo[T ExtendedElem](s Sym[T], i int, op heap.AtomicOp, v, cond T, target in
 		s.b.pe.leaveFast()
 		return fromBits[T](old), nil
 	}
-	pe, p, off, err := s.span(i, 1, target)
+	pe, p, lk, off, err := s.span(i, 1, target)
 	if err != nil {
 		var z T
 		return z, err
 	}
 	defer pe.leave()
 	if p.mem == nil {
-		old, err := p.link.Atomic(sizeOf[T](), op, off, toBits(v), toBits(cond))
+		old, err := lk.Atomic(sizeOf[T](), op, off, toBits(v), toBits(cond))
 		return fromBits[T](old), err
 	}
 	old := heap.AtomicAt(p.mem, off, sizeOf[T](), op, toBits(v), toBits(cond))
@@ -64,13 +64,13 @@ func amoSet[T ExtendedElem](s Sym[T], i int, op heap.AtomicOp, v T, target int) 
 		s.b.pe.leaveFast()
 		return nil
 	}
-	pe, p, off, err := s.span(i, 1, target)
+	pe, p, lk, off, err := s.span(i, 1, target)
 	if err != nil {
 		return err
 	}
 	defer pe.leave()
 	if p.mem == nil {
-		return p.link.AtomicNBI(sizeOf[T](), op, off, toBits(v), 0, nil)
+		return lk.AtomicNBI(sizeOf[T](), op, off, toBits(v), 0, nil)
 	}
 	heap.AtomicAt(p.mem, off, sizeOf[T](), op, toBits(v), 0)
 	notifyAtomic(p, off, uint64(sizeOf[T]()))
@@ -162,13 +162,13 @@ func amoNBI[T ExtendedElem](dst *T, s Sym[T], i int, op heap.AtomicOp, v, cond T
 		// Over TCP an 8-byte result can land in *dst when the reply
 		// arrives: many such atomics are in flight at once, and all
 		// are complete at the next Quiet.
-		pe, p, off, err := s.span(i, 1, target)
+		pe, p, lk, off, err := s.span(i, 1, target)
 		if err != nil {
 			return err
 		}
 		defer pe.leave()
 		if p.mem == nil {
-			return p.link.AtomicNBI(8, op, off, toBits(v), toBits(cond), word64(dst))
+			return lk.AtomicNBI(8, op, off, toBits(v), toBits(cond), word64(dst))
 		}
 	}
 	// Over shared memory, and for 4-byte elements over TCP, the result is

@@ -2,7 +2,11 @@ package shmem
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
+
+	"github.com/goshmem/goshmem/heap"
+	"github.com/goshmem/goshmem/netmesh"
 )
 
 // Context is an independent stream of operations with its own ordering
@@ -10,20 +14,64 @@ import (
 // ordered by c.Fence and completed by c.Quiet or c.Close, independently
 // of the PE's default context. A typical use is one context per goroutine.
 //
-// Over shared memory an operation is complete when it returns. Over TCP a
-// context remembers the links its operations used since its last Quiet,
-// and c.Quiet and c.Fence flush those links only: two goroutines with
-// contexts of their own that talk to different PEs never wait for each
-// other, and none takes a lock of the PE. A link is one ordered stream,
-// so a flush of a link c used also covers what other contexts queued on
-// that link before it: c.Quiet then waits for those bytes to go ahead of
-// its own, never for operations issued after it.
+// Over shared memory an operation is complete when it returns. Over TCP
+// a context's operations to a PE travel on a netmesh channel of their
+// own: a TCP connection to that PE, opened on the context's first
+// operation to it and closed by c.Close (netmesh/chan.go). c.Quiet and
+// c.Fence flush the context's channels only, so they never wait for
+// another context's operations nor the default context's, and two
+// goroutines with contexts of their own share no lock or flush. The
+// bound: a PE opens at most 16 channel streams per remote PE; the
+// contexts beyond share the stream with the fewest contexts, and a
+// Quiet of one then also waits for what the others sharing that stream
+// queued before it (docs/memory-model.md). PE.Quiet and BarrierAll
+// complete every context's operations as well as the default context's.
 type Context struct {
 	pe     *PE
 	id     uint64
 	team   *Team // whose PE numbers the context's operations take (teamctx.go)
 	closed atomic.Bool
-	remote []atomic.Bool // by world rank: an operation through c went over that PE's link since c's last Quiet
+	mu     sync.Mutex                // held while a channel opens and while the context closes
+	chans  []atomic.Pointer[tcpChan] // by world rank, opened on first use; nil without remote peers
+}
+
+// tcpChan is a context's route to a PE on another host: a netmesh
+// channel, whose atomics take the wire's op codes.
+type tcpChan struct{ *netmesh.Channel }
+
+func (ch tcpChan) Atomic(width int, op heap.AtomicOp, off, v, cond uint64) (uint64, error) {
+	return ch.Channel.Atomic(width, wireOp(op), off, v, cond)
+}
+
+func (ch tcpChan) AtomicNBI(width int, op heap.AtomicOp, off, v, cond uint64, dst *uint64) error {
+	return ch.Channel.AtomicNBI(width, wireOp(op), off, v, cond, dst)
+}
+
+// route returns the context's route to the remote PE of world rank r,
+// opening its channel on first use.
+func (c *Context) route(r int) (remoteLink, error) {
+	if ch := c.chans[r].Load(); ch != nil {
+		return ch, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ch := c.chans[r].Load(); ch != nil {
+		return ch, nil
+	}
+	if c.closed.Load() {
+		return nil, fmt.Errorf("shmem: context %d is closed: %w", c.id, ErrFinalized)
+	}
+	tl, ok := c.pe.peers[r].link.(tcpLink)
+	if !ok {
+		return c.pe.peers[r].link, nil // not a netmesh link: no channels to open
+	}
+	nc, err := tl.Link.OpenChannel()
+	if err != nil {
+		return nil, fmt.Errorf("shmem: context %d: opening its stream to PE %d: %w", c.id, r, err)
+	}
+	ch := &tcpChan{nc}
+	c.chans[r].Store(ch)
+	return ch, nil
 }
 
 // NewContext creates a context on this PE.
@@ -41,7 +89,11 @@ func (pe *PE) NewContext() (*Context, error) {
 }
 
 func (pe *PE) newContext(t *Team) *Context {
-	return &Context{pe: pe, id: pe.ctxSeq.Add(1), team: t, remote: make([]atomic.Bool, pe.npes)}
+	c := &Context{pe: pe, id: pe.ctxSeq.Add(1), team: t}
+	if pe.hasRemote {
+		c.chans = make([]atomic.Pointer[tcpChan], pe.npes)
+	}
+	return c
 }
 
 func (c *Context) check() error {
@@ -87,9 +139,9 @@ func (c *Context) PEQuiet(targets ...int) error {
 	return c.links(targets, true)
 }
 
-// links fences (quiet false) or flushes (quiet true) the links that
-// operations through c used since its last Quiet: every one, or those of
-// targets when targets is not nil.
+// links fences (quiet false) or flushes (quiet true) the channels that
+// operations through c opened: every one, or those to targets when
+// targets is not nil.
 func (c *Context) links(targets []int, quiet bool) error {
 	if err := c.check(); err != nil {
 		return err
@@ -100,25 +152,20 @@ func (c *Context) links(targets []int, quiet bool) error {
 	}
 	defer pe.leave()
 	one := func(r int) error {
-		// Clear before the flush: an operation queued after this point
-		// marks the link again for a later Quiet, and one queued before
-		// it is covered by the flush.
-		if !quiet {
-			if c.remote[r].Load() {
-				return pe.peers[r].link.Fence()
-			}
+		if c.chans == nil {
+			return nil // no remote peer: every operation completed when it returned
+		}
+		ch := c.chans[r].Load()
+		switch {
+		case ch == nil || !ch.Outstanding():
 			return nil
+		case !quiet:
+			return ch.Fence()
 		}
-		if c.remote[r].Swap(false) {
-			if err := pe.peers[r].link.Flush(); err != nil {
-				c.remote[r].Store(true) // not complete: a later Quiet must try again
-				return err
-			}
-		}
-		return nil
+		return ch.Flush()
 	}
 	if targets == nil {
-		for r := range c.remote {
+		for r := range c.chans {
 			if err := one(r); err != nil {
 				return err
 			}
@@ -140,13 +187,23 @@ func (c *Context) links(targets []int, quiet bool) error {
 	return nil
 }
 
-// Close completes the context's operations and releases it. Operations
-// through handles bound to it fail with ErrFinalized afterwards.
+// Close completes the context's operations and releases it, closing its
+// TCP channels. Operations through handles bound to it fail with
+// ErrFinalized afterwards.
 func (c *Context) Close() error {
 	if err := c.check(); err != nil {
 		return err
 	}
 	err := c.Quiet()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.closed.Store(true)
+	for r := range c.chans {
+		if ch := c.chans[r].Load(); ch != nil {
+			if cerr := ch.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
+	}
 	return err
 }

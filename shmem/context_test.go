@@ -10,9 +10,9 @@ import (
 	"github.com/goshmem/goshmem/shmem"
 )
 
-// A context's Quiet flushes only the links its own operations used: with
+// A context's Quiet flushes only its own streams: with
 // two contexts talking to two different remote PEs, each Quiet leaves
-// the other context's link outstanding, and completes its own puts.
+// the other context's stream outstanding, and completes its own puts.
 func TestContextQuietIsItsOwn(t *testing.T) {
 	err := shmem.Run(3, func(pe *shmem.PE) error {
 		s, err := shmem.Malloc[int64](pe, 4)
@@ -40,21 +40,21 @@ func TestContextQuietIsItsOwn(t *testing.T) {
 			if err := c1.Quiet(); err != nil {
 				return err
 			}
-			if shmem.LinkOutstanding(pe, 1) || !shmem.LinkOutstanding(pe, 2) {
-				return fmt.Errorf("after c1.Quiet: link to PE 1 outstanding %v, to PE 2 %v (want false, true)",
-					shmem.LinkOutstanding(pe, 1), shmem.LinkOutstanding(pe, 2))
+			if shmem.ContextOutstanding(c1, 1) || !shmem.ContextOutstanding(c2, 2) {
+				return fmt.Errorf("after c1.Quiet: c1's stream to PE 1 outstanding %v, c2's to PE 2 %v (want false, true)",
+					shmem.ContextOutstanding(c1, 1), shmem.ContextOutstanding(c2, 2))
 			}
 			if err := c2.PEQuiet(1); err != nil { // c2 used no link to PE 1
 				return err
 			}
-			if !shmem.LinkOutstanding(pe, 2) {
-				return errors.New("c2.PEQuiet(1) flushed the link to PE 2")
+			if !shmem.ContextOutstanding(c2, 2) {
+				return errors.New("c2.PEQuiet(1) flushed c2's stream to PE 2")
 			}
 			if err := c2.PEQuiet(2); err != nil {
 				return err
 			}
-			if shmem.LinkOutstanding(pe, 2) {
-				return errors.New("c2.PEQuiet(2) left the link to PE 2 outstanding")
+			if shmem.ContextOutstanding(c2, 2) {
+				return errors.New("c2.PEQuiet(2) left c2's stream to PE 2 outstanding")
 			}
 			if err := c2.PEQuiet(3); !errors.Is(err, shmem.ErrBadPE) {
 				return fmt.Errorf("PEQuiet of PE 3 in a 3-PE job: %v", err)

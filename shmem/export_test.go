@@ -15,12 +15,39 @@ func LockStates(pe *PE) int {
 // SplitFits exposes splitFits.
 var SplitFits = splitFits
 
-// LinkOutstanding reports whether pe's link to PE r has operations that
-// no flush covered yet.
-func LinkOutstanding(pe *PE, r int) bool {
-	l := pe.peers[r].link
-	return l != nil && l.Outstanding()
-}
-
 // SyncsFlat reports whether t's barrier is the flat one (syncFlat).
 func SyncsFlat(t *Team) bool { return t.flat }
+
+// ContextOutstanding reports whether c's own stream to world PE r has
+// operations that no flush covered yet (false when it has none).
+func ContextOutstanding(c *Context, r int) bool {
+	if c.chans == nil {
+		return false
+	}
+	ch := c.chans[r].Load()
+	return ch != nil && ch.Outstanding()
+}
+
+// ContextSlot is the slot of c's stream to world PE r at netmesh (-1:
+// none of its own).
+func ContextSlot(c *Context, r int) int {
+	if c.chans == nil {
+		return -1
+	}
+	if ch := c.chans[r].Load(); ch != nil {
+		return ch.Slot()
+	}
+	return -1
+}
+
+// ContextStreams reports, per world rank, whether c opened a stream of
+// its own to that PE.
+func ContextStreams(c *Context) []bool {
+	own := make([]bool, c.pe.npes)
+	for r := range c.chans {
+		if ch := c.chans[r].Load(); ch != nil {
+			own[r] = ch.Own()
+		}
+	}
+	return own
+}

@@ -36,7 +36,7 @@ func IGet[T Elem](dst []T, dstStride int, src Sym[T], srcStride, n, target int) 
 // when it returns; the data is complete at target after the next Quiet of
 // dst's context.
 func IBPut[T Elem](dst Sym[T], dstStride int, src []T, srcStride, blockSize, nblocks, target int) error {
-	pe, p, off, ext, err := dst.blocks(dstStride, len(src), srcStride, "source", blockSize, nblocks, target)
+	pe, p, lk, off, ext, err := dst.blocks(dstStride, len(src), srcStride, "source", blockSize, nblocks, target)
 	if err != nil || ext == 0 {
 		return err
 	}
@@ -50,7 +50,7 @@ func IBPut[T Elem](dst Sym[T], dstStride int, src []T, srcStride, blockSize, nbl
 		if nblocks == 1 {
 			ds, ss = width, width
 		}
-		return p.link.PutBlocks(off, ds, asBytes(src), ss, width, nblocks)
+		return lk.PutBlocks(off, ds, asBytes(src), ss, width, nblocks)
 	}
 	d := viewAs[T](p.mem, off, ext)
 	for k := 0; k < nblocks; k++ {
@@ -65,7 +65,7 @@ func IBPut[T Elem](dst Sym[T], dstStride int, src []T, srcStride, blockSize, nbl
 // element k*dstStride of dst, for k in 0..nblocks-1. Bounds are checked
 // as for IBPut.
 func IBGet[T Elem](dst []T, dstStride int, src Sym[T], srcStride, blockSize, nblocks, target int) error {
-	pe, p, off, ext, err := src.blocks(srcStride, len(dst), dstStride, "destination", blockSize, nblocks, target)
+	pe, p, lk, off, ext, err := src.blocks(srcStride, len(dst), dstStride, "destination", blockSize, nblocks, target)
 	if err != nil || ext == 0 {
 		return err
 	}
@@ -75,11 +75,11 @@ func IBGet[T Elem](dst []T, dstStride int, src Sym[T], srcStride, blockSize, nbl
 		sz := uint64(sizeOf[T]())
 		for k := 0; k < nblocks; k++ {
 			d := dst[k*dstStride : k*dstStride+blockSize]
-			if err := p.link.GetNBI(asBytes(d), off+uint64(k*srcStride)*sz); err != nil {
+			if err := lk.GetNBI(asBytes(d), off+uint64(k*srcStride)*sz); err != nil {
 				return err
 			}
 		}
-		return p.link.Flush()
+		return lk.Flush()
 	}
 	s := viewAs[T](p.mem, off, ext)
 	for k := 0; k < nblocks; k++ {
@@ -109,27 +109,27 @@ func blocksPast(what string, n, stride, blockSize, nblocks int) error {
 // (nblocks-1)*stride+blockSize in elements. When nothing moves (extent
 // 0) it has already left the PE again; otherwise the caller calls
 // pe.leave when done.
-func (s Sym[T]) blocks(stride, localLen, localStride int, local string, blockSize, nblocks, target int) (*PE, *peer, uint64, int, error) {
+func (s Sym[T]) blocks(stride, localLen, localStride int, local string, blockSize, nblocks, target int) (*PE, *peer, remoteLink, uint64, int, error) {
 	if stride < 1 || localStride < 1 || blockSize < 0 || nblocks < 0 {
-		return nil, nil, 0, 0, fmt.Errorf("shmem: block-strided transfer of %d blocks of %d elements with strides %d and %d: %w",
+		return nil, nil, nil, 0, 0, fmt.Errorf("shmem: block-strided transfer of %d blocks of %d elements with strides %d and %d: %w",
 			nblocks, blockSize, stride, localStride, ErrInvalid)
 	}
 	if !blocksFit(localLen, localStride, blockSize, nblocks) {
-		return nil, nil, 0, 0, blocksPast(local+" slice", localLen, localStride, blockSize, nblocks)
+		return nil, nil, nil, 0, 0, blocksPast(local+" slice", localLen, localStride, blockSize, nblocks)
 	}
 	if err := s.check(); err != nil {
-		return nil, nil, 0, 0, err
+		return nil, nil, nil, 0, 0, err
 	}
 	if !blocksFit(s.n, stride, blockSize, nblocks) {
-		return nil, nil, 0, 0, blocksPast(fmt.Sprintf("object at offset %d", s.off), s.n, stride, blockSize, nblocks)
+		return nil, nil, nil, 0, 0, blocksPast(fmt.Sprintf("object at offset %d", s.off), s.n, stride, blockSize, nblocks)
 	}
 	ext := 0
 	if nblocks > 0 && blockSize > 0 {
 		ext = (nblocks-1)*stride + blockSize
 	}
-	pe, p, off, err := s.span(0, ext, target)
+	pe, p, lk, off, err := s.span(0, ext, target)
 	if err == nil && ext == 0 {
 		pe.leave()
 	}
-	return pe, p, off, ext, err
+	return pe, p, lk, off, ext, err
 }

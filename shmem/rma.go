@@ -28,7 +28,7 @@ func Put[T Elem](dst Sym[T], src []T, target int) error {
 		dst.b.pe.leaveFast()
 		return nil
 	}
-	pe, p, off, err := dst.span(0, len(src), target)
+	pe, p, lk, off, err := dst.span(0, len(src), target)
 	if err != nil {
 		return err
 	}
@@ -37,7 +37,7 @@ func Put[T Elem](dst Sym[T], src []T, target int) error {
 		return nil
 	}
 	if p.mem == nil {
-		return p.link.Put(off, asBytes(src))
+		return lk.Put(off, asBytes(src))
 	}
 	copy(p.mem[off:], asBytes(src))
 	pe.notify(p, off, uint64(len(src)*sizeOf[T]()))
@@ -51,7 +51,7 @@ func Get[T Elem](dst []T, src Sym[T], target int) error {
 		src.b.pe.leaveFast()
 		return nil
 	}
-	pe, p, off, err := src.span(0, len(dst), target)
+	pe, p, lk, off, err := src.span(0, len(dst), target)
 	if err != nil {
 		return err
 	}
@@ -60,7 +60,7 @@ func Get[T Elem](dst []T, src Sym[T], target int) error {
 		if len(dst) == 0 {
 			return nil
 		}
-		return p.link.Get(asBytes(dst), off)
+		return lk.Get(asBytes(dst), off)
 	}
 	copy(asBytes(dst), p.mem[off:])
 	return nil
@@ -68,13 +68,13 @@ func Get[T Elem](dst []T, src Sym[T], target int) error {
 
 // P stores v into element i of dst on target.
 func P[T Elem](dst Sym[T], i int, v T, target int) error {
-	pe, p, off, err := dst.span(i, 1, target)
+	pe, p, lk, off, err := dst.span(i, 1, target)
 	if err != nil {
 		return err
 	}
 	defer pe.leave()
 	if p.mem == nil {
-		return p.link.Put(off, asBytes([]T{v}))
+		return lk.Put(off, asBytes([]T{v}))
 	}
 	viewAs[T](p.mem, off, 1)[0] = v
 	pe.notify(p, off, uint64(sizeOf[T]()))
@@ -83,7 +83,7 @@ func P[T Elem](dst Sym[T], i int, v T, target int) error {
 
 // G loads element i of src on target.
 func G[T Elem](src Sym[T], i int, target int) (T, error) {
-	pe, p, off, err := src.span(i, 1, target)
+	pe, p, lk, off, err := src.span(i, 1, target)
 	if err != nil {
 		var z T
 		return z, err
@@ -91,7 +91,7 @@ func G[T Elem](src Sym[T], i int, target int) (T, error) {
 	defer pe.leave()
 	if p.mem == nil {
 		var v [1]T
-		err := p.link.Get(asBytes(v[:]), off)
+		err := lk.Get(asBytes(v[:]), off)
 		return v[0], err
 	}
 	return viewAs[T](p.mem, off, 1)[0], nil
@@ -106,7 +106,7 @@ func PutNBI[T Elem](dst Sym[T], src []T, target int) error {
 		dst.b.pe.leaveFast()
 		return nil
 	}
-	pe, p, off, err := dst.span(0, len(src), target)
+	pe, p, lk, off, err := dst.span(0, len(src), target)
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func PutNBI[T Elem](dst Sym[T], src []T, target int) error {
 		return nil
 	}
 	if p.mem == nil {
-		return p.link.PutNBI(off, asBytes(src))
+		return lk.PutNBI(off, asBytes(src))
 	}
 	copy(p.mem[off:], asBytes(src))
 	pe.notify(p, off, uint64(len(src)*sizeOf[T]()))
@@ -130,7 +130,7 @@ func GetNBI[T Elem](dst []T, src Sym[T], target int) error {
 		src.b.pe.leaveFast()
 		return nil
 	}
-	pe, p, off, err := src.span(0, len(dst), target)
+	pe, p, lk, off, err := src.span(0, len(dst), target)
 	if err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ func GetNBI[T Elem](dst []T, src Sym[T], target int) error {
 		return nil
 	}
 	if p.mem == nil {
-		return p.link.GetNBI(asBytes(dst), off)
+		return lk.GetNBI(asBytes(dst), off)
 	}
 	copy(asBytes(dst), p.mem[off:])
 	return nil

@@ -62,21 +62,21 @@ func putSignal[T Elem](dst Sym[T], src []T, sig Sym[uint64], v uint64, op Signal
 		}
 		dst.b.pe.leaveFast()
 	}
-	spe, sp, soff, err := sig.span(0, 1, target)
+	spe, sp, _, soff, err := sig.span(0, 1, target)
 	if err != nil {
 		return err
 	}
 	defer spe.leave()
-	pe, p, off, err := dst.span(0, len(src), target)
+	pe, p, lk, off, err := dst.span(0, len(src), target)
 	if err != nil {
 		return err
 	}
 	defer pe.leave()
 	if p.mem == nil {
 		if nbi {
-			return p.link.PutSignalNBI(off, asBytes(src), soff, op == SignalAdd, v)
+			return lk.PutSignalNBI(off, asBytes(src), soff, op == SignalAdd, v)
 		}
-		return p.link.PutSignal(off, asBytes(src), soff, op == SignalAdd, v)
+		return lk.PutSignal(off, asBytes(src), soff, op == SignalAdd, v)
 	}
 	putSignalLocal(p, off, asBytes(src), sp, soff, v, op)
 	return nil

@@ -124,41 +124,47 @@ func (s Sym[T]) local(i, cnt, target int) (*peer, uint64) {
 
 // span validates elements [i, i+cnt) of s on target, enters the PE, and
 // returns the PE, the route and the byte offset of element i. On success
-// the caller calls pe.leave when done with the memory.
-func (s Sym[T]) span(i, cnt, target int) (*PE, *peer, uint64, error) {
+// the caller calls pe.leave when done with the memory. The remote route
+// is the PE's link to target, or the channel of s's context to it.
+func (s Sym[T]) span(i, cnt, target int) (*PE, *peer, remoteLink, uint64, error) {
 	if err := s.check(); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, 0, err
 	}
 	if i < 0 || cnt < 0 || i > s.n-cnt {
-		return nil, nil, 0, fmt.Errorf("shmem: elements %d..%d of a %d-element object (%d-byte elements at offset %d): %w",
+		return nil, nil, nil, 0, fmt.Errorf("shmem: elements %d..%d of a %d-element object (%d-byte elements at offset %d): %w",
 			i, i+cnt, s.n, sizeOf[T](), s.off, ErrOutOfBounds)
 	}
 	if s.ctx != nil && s.ctx.closed.Load() {
-		return nil, nil, 0, fmt.Errorf("shmem: context %d is closed: %w", s.ctx.id, ErrFinalized)
+		return nil, nil, nil, 0, fmt.Errorf("shmem: context %d is closed: %w", s.ctx.id, ErrFinalized)
 	}
 	pe := s.b.pe
 	if s.ctx != nil {
 		if s.ctx.pe != pe {
-			return nil, nil, 0, fmt.Errorf("shmem: a handle of PE %d bound to a context of PE %d: %w", pe.rank, s.ctx.pe.rank, ErrInvalid)
+			return nil, nil, nil, 0, fmt.Errorf("shmem: a handle of PE %d bound to a context of PE %d: %w", pe.rank, s.ctx.pe.rank, ErrInvalid)
 		}
 		// A team context's PE numbers are its team's.
 		var err error
 		if target, err = s.ctx.rank(target); err != nil {
-			return nil, nil, 0, err
+			return nil, nil, nil, 0, err
 		}
 	}
 	if err := pe.enter(); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, 0, err
 	}
 	p, err := pe.peer(target)
 	if err != nil {
 		pe.leave()
-		return nil, nil, 0, err
+		return nil, nil, nil, 0, err
 	}
-	if s.ctx != nil && p.link != nil {
-		s.ctx.remote[target].Store(true) // c.Quiet flushes this link
+	lk := p.link
+	if s.ctx != nil && lk != nil {
+		// The context's own stream to target (opened on first use).
+		if lk, err = s.ctx.route(target); err != nil {
+			pe.leave()
+			return nil, nil, nil, 0, err
+		}
 	}
-	return pe, p, s.off + uint64(i*sizeOf[T]()), nil
+	return pe, p, lk, s.off + uint64(i*sizeOf[T]()), nil
 }
 
 // Malloc allocates n zeroed elements on every PE (collective: every PE

@@ -272,21 +272,21 @@ func TestTeamContextQuietIsItsOwn(t *testing.T) {
 			if err := c1.Quiet(); err != nil {
 				return err
 			}
-			if shmem.LinkOutstanding(pe, 1) || !shmem.LinkOutstanding(pe, 2) {
-				return fmt.Errorf("after c1.Quiet: link to world PE 1 outstanding %v, to 2 %v (want false, true)",
-					shmem.LinkOutstanding(pe, 1), shmem.LinkOutstanding(pe, 2))
+			if shmem.ContextOutstanding(c1, 1) || !shmem.ContextOutstanding(c2, 2) {
+				return fmt.Errorf("after c1.Quiet: c1's stream to world PE 1 outstanding %v, c2's to 2 %v (want false, true)",
+					shmem.ContextOutstanding(c1, 1), shmem.ContextOutstanding(c2, 2))
 			}
 			if err := c2.PEQuiet(2); err != nil { // world PE 0: c2 used no such link
 				return err
 			}
-			if !shmem.LinkOutstanding(pe, 2) {
-				return errors.New("c2.PEQuiet(team PE 2) flushed the link to world PE 2")
+			if !shmem.ContextOutstanding(c2, 2) {
+				return errors.New("c2.PEQuiet(team PE 2) flushed c2's stream to world PE 2")
 			}
 			if err := c2.PEQuiet(0); err != nil { // world PE 2
 				return err
 			}
-			if shmem.LinkOutstanding(pe, 2) {
-				return errors.New("c2.PEQuiet(team PE 0) left the link to world PE 2 outstanding")
+			if shmem.ContextOutstanding(c2, 2) {
+				return errors.New("c2.PEQuiet(team PE 0) left c2's stream to world PE 2 outstanding")
 			}
 		}
 		if err := pe.BarrierAll(); err != nil {
