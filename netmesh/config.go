@@ -73,9 +73,10 @@ type Config struct {
 	// netpoller (spin.go, docs/wire.md "Engine"). A round trip between
 	// two polling PEs wakes no thread, which on loopback is most of its
 	// cost, but each poller keeps a core busy while it polls. SpinAuto
-	// (the zero value) polls unless the mesh was told that its machine is
-	// oversubscribed (Mesh.SetOversubscribed), within bounds, and
-	// pauses polling in the whole process while it keeps not paying;
+	// (the zero value) polls within bounds, and on a machine the mesh was
+	// told is oversubscribed (Mesh.SetOversubscribed) only in waits and
+	// callers, giving the processor away after every look; it pauses
+	// polling in the whole process while it keeps not paying;
 	// SpinOn polls even when oversubscribed, and the reader goroutine
 	// also polls for a while after the last bytes; SpinOff never polls.
 	Spin SpinMode

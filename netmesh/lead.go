@@ -283,15 +283,20 @@ func (st *stream) readIdle(c *call) (int, error) {
 		if now := mono(); st.tok.kind != heldPoller && st.l.m.cfg.Spin == SpinOn && st.l.spinOK(now) {
 			budget = now + int64(busyIdle)
 		}
-		k, err := st.poll(budget)
+		k, err := st.poll(budget, false)
 		if k == 0 && err == nil {
 			return 0, errYield
 		}
 		return k, err
 	}
 	var spinUntil int64
+	yield := false // poll giving the processor away after every look
 	if now := mono(); st.callerPolls(c, now) {
+		yield = st.l.m.policy(now) == waitYield
 		spinUntil = now + int64(busySpin)
+		if yield {
+			spinUntil = now + int64(yieldSpin)
+		}
 	}
 	for {
 		st.rmu.Lock()
@@ -308,7 +313,7 @@ func (st *stream) readIdle(c *call) (int, error) {
 				spinUntil = 0 // paused meanwhile
 			} else {
 				st.rmu.Unlock()
-				k, err := st.poll(spinUntil)
+				k, err := st.poll(spinUntil, yield)
 				if k > 0 {
 					spinPaid()
 				}
@@ -336,11 +341,12 @@ func (st *stream) readIdle(c *call) (int, error) {
 }
 
 // callerPolls reports whether caller c, about to wait for bytes as the
-// stream's holder, polls for them first: the spin policy, and the cost
-// controller's choice, made once per call (spin.go).
+// stream's holder, polls for them first: the spin policy (on an
+// oversubscribed machine, polling that yields after every look), and
+// the cost controller's choice, made once per call (spin.go).
 func (st *stream) callerPolls(c *call, now int64) bool {
 	m := st.l.m
-	if !m.spinAllowed(now) {
+	if m.policy(now) == waitPark {
 		if c.way == wayNone {
 			c.way = wayParked // what it costs is still the parked way's sample
 		}
@@ -376,11 +382,12 @@ func (c *call) small() bool {
 // poll reads the socket without waiting, into st.buf[st.w:]: once for
 // budget -1, else over and over until bytes arrive, the read fails, the
 // stream is kicked (a follower waiting behind the reader goroutine kicks
-// it), the link is down, or mono() passes budget. (0, nil) means nothing
-// arrived.
-func (st *stream) poll(budget int64) (int, error) {
+// it), the link is down, or mono() passes budget; with yield, giving the
+// processor away after every read that finds nothing. (0, nil) means
+// nothing arrived.
+func (st *stream) poll(budget int64, yield bool) (int, error) {
 	sp := &st.sp
-	sp.p, sp.budget = st.buf[st.w:], budget
+	sp.p, sp.budget, sp.yield = st.buf[st.w:], budget, yield
 	sp.n, sp.err = 0, nil
 	err := st.raw.Read(sp.fn)
 	sp.p = nil

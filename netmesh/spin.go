@@ -19,17 +19,20 @@ import (
 //
 //   - SpinAuto spins only when the machine is not oversubscribed
 //     (Mesh.SetOversubscribed, which shmem calls when the PEs on this
-//     machine outnumber its CPUs). On an oversubscribed machine only a
-//     Mesh.Poll polls, and it gives its processor away after every look
-//     (sched_yield; runtime.Gosched when the job's PEs are goroutines of
-//     one process), so that the PE that shares it runs, for at most
-//     yieldSpin since the last bytes; running out of that budget is a
-//     miss. Four PE processes on two CPUs: a 4-PE barrier took 87 to
-//     101 µs yielding to the OS against 135 to 177 µs parked, and 130
-//     to 193 µs when each look also called runtime.Gosched (which wakes
-//     a second thread);
-//   - a caller polls for at most busySpin per wait, a follower for
-//     followSpin, a Mesh.Poll for the budget its caller gives;
+//     machine outnumber its CPUs). On an oversubscribed machine a
+//     Mesh.Poll and a blocking caller waiting for its reply poll, but
+//     give their processor away after every look (sched_yield, as a raw
+//     system call: yieldCPU; runtime.Gosched when the job's PEs are
+//     goroutines of one process), so that the PE that shares it runs: a
+//     Poll for at most yieldSpin since the last bytes, a caller for
+//     yieldSpin per wait; running out of that budget is a miss.
+//     Followers and reader goroutines do not poll there (spinPolicy says
+//     waitYield, not waitSpin). Four PE processes on two CPUs: a 4-PE
+//     barrier took 87 to 101 µs yielding to the OS against 135 to 177 µs
+//     parked, and 130 to 193 µs when each look also called
+//     runtime.Gosched (which wakes a second thread);
+//   - otherwise a caller polls for at most busySpin per wait, a follower
+//     for followSpin, a Mesh.Poll for the budget its caller gives;
 //   - a poll that does not pay (a caller's budget ran out before its
 //     reply came, or a poller finds that it was off its processor for
 //     most of its last spinCheck polls) is a miss; from missRun misses in
@@ -54,7 +57,7 @@ const (
 	busySpin   = time.Millisecond       // a caller's poll, per wait
 	followSpin = 200 * time.Microsecond // a follower's poll, per wait
 	busyIdle   = time.Millisecond       // with SpinOn, the reader goroutine's poll after the last bytes
-	yieldSpin  = time.Millisecond       // a Poll that yields after each look (oversubscribed)
+	yieldSpin  = time.Millisecond       // a Poll or caller that yields after each look (oversubscribed)
 	spinPause  = time.Millisecond       // the first pause; it doubles while misses go on
 	spinMax    = 64 * time.Millisecond  // the longest pause
 	missRun    = 4                      // misses in a row that pause polling
@@ -206,27 +209,48 @@ func (s *spinCosts) record(poll, explore bool, d, now int64) {
 	at.Store(now)
 }
 
+// How a waiter may wait for bytes, by the spin policy alone (waitWay):
+// park in the netpoller, spin (poll, handing the processor to the
+// process's own goroutines now and then), or poll while yielding the
+// processor after every look (an oversubscribed machine).
+type waitWay uint8
+
+const (
+	waitPark waitWay = iota
+	waitSpin
+	waitYield
+)
+
+// spinPolicy is the spin policy as a pure function: the way a waiter
+// may wait under mode, on a machine that is oversubscribed or not, while
+// polling is paused or not. The cost controller then chooses between the
+// way it allows and parking (except under SpinOn, which always polls).
+func spinPolicy(mode SpinMode, oversub, paused bool) waitWay {
+	switch {
+	case mode == SpinOff, paused:
+		return waitPark
+	case mode == SpinAuto && oversub:
+		return waitYield
+	}
+	return waitSpin
+}
+
+// policy is spinPolicy for this mesh at mono() time now.
+func (m *Mesh) policy(now int64) waitWay {
+	return spinPolicy(m.cfg.Spin, m.oversub.Load(), now < spinOff.Load())
+}
+
 // spinOK reports whether the mesh's waits may spin (poll without giving
 // their processor away) at mono() time now.
 func (m *Mesh) spinOK(now int64) bool {
-	return m.spinAllowed(now) && (m.cfg.Spin == SpinOn || costs.preferPoll(now))
-}
-
-// spinAllowed is spinOK without the cost controller: the policy and the
-// pause. A caller consults the controller itself (stream.callerPolls);
-// with SpinOn nobody does.
-func (m *Mesh) spinAllowed(now int64) bool {
-	switch {
-	case m.cfg.Spin == SpinOff, m.cfg.Spin == SpinAuto && m.oversub.Load():
-		return false
-	}
-	return now >= spinOff.Load()
+	return m.policy(now) == waitSpin && (m.cfg.Spin == SpinOn || costs.preferPoll(now))
 }
 
 // yieldOK reports whether a Poll may poll while yielding its processor
-// after every look: SpinAuto on an oversubscribed machine, not paused.
+// after every look: SpinAuto on an oversubscribed machine, not paused,
+// and polling not measured dearer than parking.
 func (m *Mesh) yieldOK(now int64) bool {
-	return m.cfg.Spin == SpinAuto && m.oversub.Load() && now >= spinOff.Load() && costs.preferPoll(now)
+	return m.policy(now) == waitYield && costs.preferPoll(now)
 }
 
 func (l *Link) spinOK(now int64) bool { return l.m.spinOK(now) }

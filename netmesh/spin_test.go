@@ -129,6 +129,55 @@ func TestPollPolicy(t *testing.T) {
 	}
 }
 
+// The spin policy as a table: off or paused parks; auto spins unless the
+// machine is oversubscribed, where it polls yielding after every look;
+// on spins even when oversubscribed.
+func TestSpinPolicy(t *testing.T) {
+	for _, c := range []struct {
+		mode            SpinMode
+		oversub, paused bool
+		want            waitWay
+	}{
+		{SpinAuto, false, false, waitSpin},
+		{SpinAuto, true, false, waitYield},
+		{SpinAuto, false, true, waitPark},
+		{SpinAuto, true, true, waitPark},
+		{SpinOn, false, false, waitSpin},
+		{SpinOn, true, false, waitSpin},
+		{SpinOn, true, true, waitPark},
+		{SpinOff, false, false, waitPark},
+		{SpinOff, true, false, waitPark},
+	} {
+		if got := spinPolicy(c.mode, c.oversub, c.paused); got != c.want {
+			t.Errorf("spinPolicy(mode %d, oversubscribed %v, paused %v) = %d, want %d", c.mode, c.oversub, c.paused, got, c.want)
+		}
+	}
+}
+
+// On an oversubscribed machine a blocking caller polls for its reply
+// (yielding after every look) rather than parking at once: its small
+// calls are the cost controller's polled samples.
+func TestOversubscribedCallerPolls(t *testing.T) {
+	pes := newJob(t, 2, 1<<16, "127.0.0.1", func(c *Config) { c.Heartbeat = time.Hour })
+	pes[0].m.SetOversubscribed(true)
+	pes[1].m.SetOversubscribed(true)
+	resetSpin()
+	defer resetSpin()
+	l := link(t, pes, 0, 1)
+	got := make([]byte, 8)
+	// A Get that follows another reader (the reader goroutine held the
+	// token) makes no sample; one that polls does, unless polling was
+	// paused meanwhile (a loaded machine): look for one of many.
+	for i := 0; i < 200 && costs.polled.Load() == 0; i++ {
+		if err := l.Get(got, 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if costs.polled.Load() == 0 {
+		t.Fatalf("200 Gets on an oversubscribed machine: none polled (parked average %d ns)", costs.parked.Load())
+	}
+}
+
 // resetSpin clears the process-wide polling state (the pause, the
 // misses, the cost controller) that other tests may have left.
 func resetSpin() {

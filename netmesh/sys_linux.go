@@ -145,12 +145,16 @@ func aligned(p []byte, n uintptr) bool {
 // over (spin.go) until bytes arrive, the read fails or the stream
 // is kicked; every spinCheck polls it also gives up when the link is down
 // or the budget passed, and every spinYield polls it yields the
-// processor, so that goroutines queued behind it run. Like nbWriter, its
-// state lives in the struct and its callback is bound once.
+// processor, so that goroutines queued behind it run. With yield (an
+// oversubscribed machine) it gives the processor away after every read
+// that finds nothing, as Mesh.Poll does, and looks at the clock every
+// time. Like nbWriter, its state lives in the struct and its callback is
+// bound once.
 type spinState struct {
 	st     *stream
 	p      []byte
 	budget int64 // -1: one read; else a mono() limit
+	yield  bool  // give the processor away after every empty read
 	n      int
 	err    error
 	fn     func(fd uintptr) bool
@@ -178,6 +182,17 @@ func (s *spinState) poll(fd uintptr) bool {
 		}
 		if s.budget < 0 || s.st.kick.Load() {
 			return true
+		}
+		if s.yield {
+			if s.st.l.m.cfg.InProcess {
+				runtime.Gosched()
+			} else {
+				yieldCPU()
+			}
+			if now := mono(); s.st.l.err.Load() != nil || now > s.budget || now < spinOff.Load() {
+				return true
+			}
+			continue
 		}
 		if i%spinCheck == 0 {
 			now := mono()
