@@ -1,0 +1,427 @@
+package shmem
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goshmem/goshmem/verify/explore"
+)
+
+// The exhaustive check of Finalize against the PE's other goroutines:
+// the lifecycle gate's own functions (enter, leave, Enter, Exit, begin,
+// settle, alive, wake, poke) run in every step on a PE rebuilt from the
+// model's state (the gate word, the futex wake word, the poke channel),
+// so every interleaving of their atomic steps with the goroutines' is
+// explored. The goroutines:
+//
+//   - a finalizer: begin (running → draining, wake the sleepers and the
+//     parked waits), settle(draining → leaving) once no call is inside,
+//     Finalize's own quiet and barrier (they touch nothing here),
+//     settle(leaving → closed), then the memory is unmapped;
+//   - a WaitUntil sleeping on the futex word (await's sleeping loop: load
+//     the wake word, check the condition, which reads the PE's memory,
+//     alive, FutexWait on the loaded value; after a wake, the condition
+//     and alive again), and one parked as a PE with TCP links parks
+//     (parkUntil: the poke channel instead of the wake word);
+//   - a Put to this PE of the word the waits wait for (enter, the store,
+//     the wake, leave), so waits may also end with their condition;
+//   - a package that holds the PE with Enter, reads its memory, and Exits
+//     (ring's gate).
+//
+// Each goroutine starts outside the PE, so Finalize meets it before its
+// call, inside it, and at every step of its wait. A sleep ends only by a
+// wake or a poke (GOSHMEM_TEST_NONAP's waits: a lost wake-up is a hang
+// here, not a nap's latency), and settle is taken once, when the count of
+// calls inside is zero: its re-wakes while it retries are a backstop the
+// check does not count on, so begin's one wake must reach every wait.
+//
+// Properties: no goroutine reads or writes the PE's memory after it is
+// unmapped, or while it is not admitted; a call that starts after
+// Finalize began is refused; at the end every goroutine has returned,
+// every wait with nil (its condition held) or ErrFinalized, and the PE
+// is closed and unmapped (a goroutine asleep for ever is a deadlock).
+
+const (
+	fzFinalizer = iota
+	fzFutex
+	fzPark
+	fzPut
+	fzEnter
+	fzActors
+)
+
+var fzNames = [fzActors]string{"finalizer", "futex wait", "parked wait", "put", "Enter"}
+
+type fzState struct {
+	gate     uint64
+	wake     uint32 // the PE's futex wake word
+	pokes    uint8  // polls closed so far
+	word     bool   // the word the waits wait for is set
+	unmapped bool
+	pc       [fzActors]uint8
+	seen     [fzActors]uint32 // a wait's loaded wake word or poke count
+	result   [fzActors]uint8  // 0 running, 1 nil, 2 ErrFinalized, 3 another error
+	bad      string
+}
+
+// The waits' program counters.
+const (
+	wEnter = iota
+	wLoad
+	wCond
+	wAlive
+	wSleep
+	wAsleep
+	wCondAfter
+	wAliveAfter
+	wLeave
+	wDone
+)
+
+type fzModel struct {
+	begin func(pe *PE) bool
+	// noDrain is the mutant settle: it moves the state without waiting
+	// for the calls inside to leave.
+	noDrain bool
+	// only, if not zero, limits the goroutines beside the finalizer.
+	only []int
+}
+
+func (m *fzModel) has(a int) bool {
+	if a == fzFinalizer || m.only == nil {
+		return true
+	}
+	for _, x := range m.only {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// pe rebuilds a PE holding s's lifecycle words; done reads them back.
+func fzPE(s fzState) (*PE, *uint32, chan struct{}) {
+	pe := &PE{rank: 0, counted: true, cfg: Config{Timeout: time.Second}}
+	pe.gate.Store(s.gate)
+	w := s.wake
+	pe.peers = []peer{{wake: &w}}
+	ch := make(chan struct{})
+	pe.pokeCh.Store(&ch)
+	return pe, &w, ch
+}
+
+func fzRead(s fzState, pe *PE, w *uint32, ch chan struct{}) fzState {
+	s.gate, s.wake = pe.gate.Load(), *w
+	select {
+	case <-ch:
+		s.pokes++
+	default:
+	}
+	return s
+}
+
+func errResult(err error) uint8 {
+	switch {
+	case err == nil:
+		return 1
+	case errors.Is(err, ErrFinalized):
+		return 2
+	}
+	return 3
+}
+
+// touch is a goroutine's access to the PE's memory.
+func (s *fzState) touch(a int, what string) {
+	if s.unmapped {
+		s.bad = fmt.Sprintf("the %s %s the PE's memory after Finalize unmapped it", fzNames[a], what)
+	}
+}
+
+func (m *fzModel) steps(s fzState) []explore.Step[fzState] {
+	if s.bad != "" {
+		return nil
+	}
+	var out []explore.Step[fzState]
+	add := func(a int, label string, nx fzState) {
+		out = append(out, explore.Step[fzState]{Actor: a, Label: fmt.Sprintf("%s: %s", fzNames[a], label), Next: nx})
+	}
+	// call runs f on a PE holding s's words and reads them back.
+	call := func(s fzState, f func(pe *PE)) fzState {
+		pe, w, ch := fzPE(s)
+		f(pe)
+		return fzRead(s, pe, w, ch)
+	}
+	// The finalizer.
+	switch s.pc[fzFinalizer] {
+	case 0:
+		var ok bool
+		nx := call(s, func(pe *PE) { ok = m.begin(pe) })
+		if !ok {
+			nx.bad = "begin refused the only Finalize"
+		}
+		nx.pc[fzFinalizer] = 1
+		add(fzFinalizer, "begin", nx)
+	case 1, 2:
+		from, next := stDraining, stLeaving
+		if s.pc[fzFinalizer] == 2 {
+			from, next = stLeaving, stClosed
+		}
+		if !m.noDrain && s.gate != from {
+			break // settle retries until no call is inside
+		}
+		clean, err := true, error(nil)
+		nx := call(s, func(pe *PE) {
+			if m.noDrain {
+				pe.gate.Store(pe.gate.Load()&^stMask | next)
+				return
+			}
+			clean, err = pe.settle(from, next)
+		})
+		if !clean || err != nil {
+			nx.bad = fmt.Sprintf("settle: %v, %v", clean, err)
+		}
+		nx.pc[fzFinalizer]++
+		add(fzFinalizer, fmt.Sprintf("settle to %s", fzStateName(next)), nx)
+	case 3:
+		nx := s
+		nx.unmapped = true
+		nx.pc[fzFinalizer] = 4
+		nx.result[fzFinalizer] = 1
+		add(fzFinalizer, "release: unmap", nx)
+	}
+	// The waits.
+	for _, a := range []int{fzFutex, fzPark} {
+		if !m.has(a) {
+			continue
+		}
+		nx := s
+		// now is what the wait watches: the wake word or the pokes.
+		now := s.wake
+		if a == fzPark {
+			now = uint32(s.pokes)
+		}
+		switch s.pc[a] {
+		case wEnter:
+			var err error
+			nx = call(s, func(pe *PE) { err = pe.enter() })
+			if err != nil {
+				nx.pc[a], nx.result[a] = wDone, errResult(err)
+				if s.gate&stMask == stRunning {
+					nx.bad = fmt.Sprintf("the %s was refused by a running PE: %v", fzNames[a], err)
+				}
+				add(a, "enter: refused", nx)
+			} else {
+				nx.pc[a] = wLoad
+				add(a, "enter", nx)
+			}
+		case wLoad:
+			nx.seen[a], nx.pc[a] = now, wCond
+			add(a, fmt.Sprintf("loads the wake word (%d)", now), nx)
+		case wCond, wCondAfter:
+			nx.touch(a, "read")
+			if s.word {
+				nx.pc[a], nx.result[a] = wLeave, 1
+				add(a, "checks its condition: true", nx)
+			} else {
+				nx.pc[a] = s.pc[a] + 1
+				add(a, "checks its condition: false", nx)
+			}
+		case wAlive, wAliveAfter:
+			var err error
+			nx = call(s, func(pe *PE) { err = pe.alive() })
+			switch {
+			case err != nil:
+				nx.pc[a], nx.result[a] = wLeave, errResult(err)
+				add(a, "alive: "+err.Error(), nx)
+			case s.pc[a] == wAlive:
+				nx.pc[a] = wSleep
+				add(a, "alive: nil", nx)
+			default:
+				nx.pc[a] = wLoad
+				add(a, "alive: nil, waits again", nx)
+			}
+		case wSleep:
+			if now != s.seen[a] {
+				nx.pc[a] = wCondAfter
+				add(a, "FutexWait returns at once (the word moved)", nx)
+			} else {
+				nx.pc[a] = wAsleep
+				add(a, "sleeps", nx)
+			}
+		case wAsleep:
+			if now != s.seen[a] {
+				nx.pc[a] = wCondAfter
+				add(a, "is woken", nx)
+			}
+		case wLeave:
+			nx = call(s, func(pe *PE) { pe.leave() })
+			nx.pc[a] = wDone
+			add(a, "leave", nx)
+		}
+	}
+	// The put.
+	if m.has(fzPut) {
+		nx := s
+		switch s.pc[fzPut] {
+		case 0:
+			var err error
+			nx = call(s, func(pe *PE) { err = pe.enter() })
+			if err != nil {
+				nx.pc[fzPut], nx.result[fzPut] = 4, errResult(err)
+				add(fzPut, "enter: refused", nx)
+			} else {
+				nx.pc[fzPut] = 1
+				add(fzPut, "enter", nx)
+			}
+		case 1:
+			nx.touch(fzPut, "wrote")
+			nx.word, nx.pc[fzPut] = true, 2
+			add(fzPut, "stores the word", nx)
+		case 2:
+			nx = call(s, func(pe *PE) { wake(pe.peers[0].wake); pe.poke() })
+			nx.pc[fzPut] = 3
+			add(fzPut, "wakes the waits", nx)
+		case 3:
+			nx = call(s, func(pe *PE) { pe.leave() })
+			nx.pc[fzPut], nx.result[fzPut] = 4, 1
+			add(fzPut, "leave", nx)
+		}
+	}
+	// Enter, a read, Exit.
+	if m.has(fzEnter) {
+		nx := s
+		switch s.pc[fzEnter] {
+		case 0:
+			var err error
+			nx = call(s, func(pe *PE) { err = pe.Enter() })
+			if err != nil {
+				nx.pc[fzEnter], nx.result[fzEnter] = 3, errResult(err)
+				add(fzEnter, "Enter: refused", nx)
+			} else {
+				nx.pc[fzEnter] = 1
+				add(fzEnter, "Enter", nx)
+			}
+		case 1:
+			nx.touch(fzEnter, "read")
+			nx.pc[fzEnter] = 2
+			add(fzEnter, "reads the memory", nx)
+		case 2:
+			nx = call(s, func(pe *PE) { pe.Exit() })
+			nx.pc[fzEnter], nx.result[fzEnter] = 3, 1
+			add(fzEnter, "Exit", nx)
+		}
+	}
+	return out
+}
+
+func fzStateName(st uint64) string {
+	return map[uint64]string{stRunning: "running", stDraining: "draining", stLeaving: "leaving", stClosed: "closed"}[st]
+}
+
+func (m *fzModel) final(s fzState) error {
+	if s.pc[fzFinalizer] != 4 {
+		return fmt.Errorf("deadlock: Finalize stuck (gate %s, %d calls inside)", fzStateName(s.gate&stMask), s.gate&^stMask)
+	}
+	for a := 1; a < fzActors; a++ {
+		if !m.has(a) {
+			continue
+		}
+		switch r := s.result[a]; {
+		case r == 0:
+			return fmt.Errorf("the %s never returned", fzNames[a])
+		case r == 3:
+			return fmt.Errorf("the %s returned another error than ErrFinalized", fzNames[a])
+		}
+	}
+	if s.gate != stClosed {
+		return fmt.Errorf("the gate ends at %#x, want closed with no call inside", s.gate)
+	}
+	return nil
+}
+
+func (m *fzModel) show(s fzState) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "gate %s with %d inside, wake word %d, pokes %d, word set %v, unmapped %v;", fzStateName(s.gate&stMask), s.gate&^stMask, s.wake, s.pokes, s.word, s.unmapped)
+	for a := 0; a < fzActors; a++ {
+		if m.has(a) {
+			fmt.Fprintf(&b, " %s at %d (result %d)", fzNames[a], s.pc[a], s.result[a])
+		}
+	}
+	return b.String()
+}
+
+func (m *fzModel) explore() (explore.Result, error) {
+	return explore.Explore(explore.Model[fzState, fzState]{
+		Key:   func(s fzState) fzState { return s },
+		Steps: m.steps,
+		Check: func(s fzState) error {
+			if s.bad != "" {
+				return errors.New(s.bad)
+			}
+			return nil
+		},
+		Final: m.final,
+		Show:  m.show,
+	}, explore.Bound{States: 10_000_000})
+}
+
+// TestExploreFinalize: every interleaving of Finalize with the four
+// goroutines, and with each alone.
+func TestExploreFinalize(t *testing.T) {
+	for _, only := range [][]int{{fzFutex}, {fzPark}, {fzPut}, {fzEnter}, nil} {
+		m := &fzModel{begin: (*PE).begin, only: only}
+		res, err := m.explore()
+		if err != nil {
+			t.Fatalf("goroutines %v: %v", only, err)
+		}
+		if res.Truncated {
+			t.Fatalf("goroutines %v: %v", only, res)
+		}
+		t.Logf("finalizer and %v: %v", names(only), res)
+	}
+}
+
+func names(only []int) string {
+	if only == nil {
+		return "all four"
+	}
+	var s []string
+	for _, a := range only {
+		s = append(s, fzNames[a])
+	}
+	return strings.Join(s, ", ")
+}
+
+// TestExploreFinalizeMutants: a Finalize that unmaps before the calls
+// inside have left, and one whose begin wakes nobody, are caught.
+func TestExploreFinalizeMutants(t *testing.T) {
+	m := &fzModel{begin: (*PE).begin, noDrain: true}
+	_, err := m.explore()
+	var f *explore.Failure
+	if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), "after Finalize unmapped it") {
+		t.Fatalf("a settle that does not wait for the calls inside passed or failed otherwise: %v", err)
+	}
+	t.Logf("unmap before the calls drain:\n%v", f)
+	silent := func(pe *PE) bool {
+		for {
+			v := pe.gate.Load()
+			if v&stMask != stRunning {
+				return false
+			}
+			if pe.gate.CompareAndSwap(v, v&^stMask|stDraining) {
+				return true // and no wake, no poke
+			}
+		}
+	}
+	for _, a := range []int{fzFutex, fzPark} {
+		m = &fzModel{begin: silent, only: []int{a}}
+		_, err = m.explore()
+		if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), "deadlock") {
+			t.Fatalf("%s: a begin that wakes nobody passed or failed otherwise: %v", fzNames[a], err)
+		}
+		t.Logf("%s, begin without its wake:\n%v", fzNames[a], f)
+	}
+}
