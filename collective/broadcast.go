@@ -89,7 +89,7 @@ func broadcastDirect[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) err
 		return err
 	}
 	n := src.Len()
-	if err := fetchInto(dst.Local()[:n], src, 0, n, c.world(root)); err != nil {
+	if err := fetchInto(c, dst.Local()[:n], src, 0, n, c.world(root)); err != nil {
 		return err
 	}
 	_, err := c.sync()
@@ -118,6 +118,7 @@ func broadcastScatter[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) er
 			lo, hi := partition(n, c.n, j)
 			for _, r := range [][2]int{{lo, hi}, {rlo, rhi}} {
 				if r[1] > r[0] {
+					traceRange(c, tWrite, dst, r[0], r[1], c.world(j))
 					if err := shmem.Put(dst.Slice(r[0], r[1]), sl[r[0]:r[1]], c.world(j)); err != nil {
 						return err
 					}
@@ -139,6 +140,7 @@ func broadcastScatter[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) er
 			if j == root || hi == lo {
 				continue
 			}
+			traceRange(c, tWrite, dst, lo, hi, c.world(j))
 			if err := shmem.Put(dst.Slice(lo, hi), mine, c.world(j)); err != nil {
 				return err
 			}

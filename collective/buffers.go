@@ -40,7 +40,8 @@ func overlaps[T shmem.Elem](a, b shmem.Sym[T]) bool {
 // fetch returns world PE w's elements [lo, hi) of s: a view of its
 // memory when its heap is mapped here (no copy), otherwise a copy read
 // into *buf, which grows as needed.
-func fetch[T shmem.Elem](s shmem.Sym[T], lo, hi, w int, buf *[]T) ([]T, error) {
+func fetch[T shmem.Elem](c *call, s shmem.Sym[T], lo, hi, w int, buf *[]T) ([]T, error) {
+	traceRange(c, tRead, s, lo, hi, w)
 	if p := shmem.Ptr(s, w); p != nil {
 		return p[lo:hi], nil
 	}
@@ -55,7 +56,8 @@ func fetch[T shmem.Elem](s shmem.Sym[T], lo, hi, w int, buf *[]T) ([]T, error) {
 }
 
 // fetchInto copies world PE w's elements [lo, hi) of s into d.
-func fetchInto[T shmem.Elem](d []T, s shmem.Sym[T], lo, hi, w int) error {
+func fetchInto[T shmem.Elem](c *call, d []T, s shmem.Sym[T], lo, hi, w int) error {
+	traceRange(c, tRead, s, lo, hi, w)
 	if p := shmem.Ptr(s, w); p != nil {
 		copyElems(d, p[lo:hi])
 		return nil

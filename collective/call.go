@@ -42,6 +42,9 @@ func (c *call) begin(t *shmem.Team) error {
 		t.EndCollective(nil)
 		return fmt.Errorf("collective: a team of %d PEs: at most %d are supported: %w", c.n, 1<<(maxRounds+1)-1, shmem.ErrInvalid)
 	}
+	if tracer != nil {
+		tracer.note(c.pe, traceOp{kind: tBegin, word: -1})
+	}
 	var err error
 	c.algo, err = algoFromEnv()
 	c.fail(err)
@@ -50,7 +53,12 @@ func (c *call) begin(t *shmem.Team) error {
 
 // end ends the call with its result err, which it returns (see
 // shmem.Team.EndCollective).
-func (c *call) end(err error) error { return c.t.EndCollective(err) }
+func (c *call) end(err error) error {
+	if tracer != nil {
+		tracer.note(c.pe, traceOp{kind: tEnd, word: -1})
+	}
+	return c.t.EndCollective(err)
+}
 
 // useRD says whether a vector of size bytes of elemSize-byte elements
 // goes through the scratch (reduceRD, broadcastRD): under auto when it
@@ -295,12 +303,14 @@ func (c *call) exchangeFlat(msg []byte, merge func([]byte), k uint64) error {
 	dst := c.bytes.Slice(off, off+len(msg))
 	sig := c.words.Slice(sigWord(par, 0), sigWord(par, 0)+1)
 	for s := 1; s < c.n; s++ {
+		traceSignal(c, dst, c.world((c.me+s)%c.n), sigWord(par, 0), shmem.SignalAdd, 1)
 		if err := shmem.PutSignal(dst, msg, sig, 1, shmem.SignalAdd, c.world((c.me+s)%c.n)); err != nil {
 			return err
 		}
 	}
 	// Every exchange brings n-1 messages; this parity has had (k+1)/2
 	// exchanges, this one included.
+	c.traceWait(sigWord(par, 0), (k+1)/2*uint64(c.n-1))
 	if err := shmem.WaitUntil(c.words, sigWord(par, 0), shmem.CmpGE, (k+1)/2*uint64(c.n-1)); err != nil {
 		return err
 	}
@@ -339,12 +349,14 @@ func (c *call) fold(msg, in []byte, merge func([]byte)) {
 func (c *call) send(msg []byte, j, par, slot int, k uint64, op shmem.SignalOp) error {
 	off := c.g.bufOff(par, slot)
 	sw := sigWord(par, slot)
+	traceSignal(c, c.bytes.Slice(off, off+len(msg)), c.world(j), sw, op, k)
 	return shmem.PutSignal(c.bytes.Slice(off, off+len(msg)), msg, c.words.Slice(sw, sw+1), k, op, c.world(j))
 }
 
 // recv waits for this member's buffer (par, slot) of exchange k and
 // returns its first n bytes.
 func (c *call) recv(par, slot int, k uint64, n int) ([]byte, error) {
+	c.traceWait(sigWord(par, slot), k)
 	if err := shmem.WaitUntil(c.words, sigWord(par, slot), shmem.CmpGE, k); err != nil {
 		return nil, err
 	}

@@ -160,6 +160,7 @@ func reduceDirect[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, r
 				far = make([][]T, c.n)
 			}
 			far[j] = make([]T, hi-lo)
+			traceRange(c, tRead, src, lo, hi, w)
 			if err := shmem.GetNBI(far[j], src.Slice(lo, hi), w); err != nil {
 				return err
 			}
@@ -178,6 +179,7 @@ func reduceDirect[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, r
 		p := shmem.Ptr(dst, c.world(root))
 		if p != nil {
 			d = p[lo:hi]
+			traceRange(c, tWrite, dst, lo, hi, c.world(root))
 		} else {
 			d = make([]T, hi-lo)
 		}
@@ -185,6 +187,7 @@ func reduceDirect[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, r
 			return err
 		}
 		if p == nil && hi > lo {
+			traceRange(c, tWrite, dst, lo, hi, c.world(root))
 			if err := shmem.Put(dst.Slice(lo, hi), d, c.world(root)); err != nil {
 				return err
 			}
@@ -199,6 +202,7 @@ func reduceDirect[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, r
 			}
 			for s := 1; s < c.n; s++ {
 				w := c.world((c.me + s) % c.n)
+				traceRange(c, tWrite, dst, b, e, w)
 				if p := shmem.Ptr(dst, w); p != nil {
 					copy(p[b:e], dl[b:e])
 				} else if err := shmem.Put(dst.Slice(b, e), dl[b:e], w); err != nil {
@@ -231,6 +235,7 @@ func reduceChunk[T shmem.Elem](c *call, k kind, op Op, d []T, src shmem.Sym[T], 
 		if far != nil && far[j] != nil {
 			return far[j][lo-base : hi-base]
 		}
+		traceRange(c, tRead, src, lo, hi, c.world(j))
 		return shmem.Ptr(src, c.world(j))[lo:hi]
 	}
 	if c.n == 1 {
@@ -263,16 +268,20 @@ func reducePair[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) err
 	base := c.lw[wordRingSeq]
 	c.lw[wordRingSeq] = base + 2
 	sig := c.words.Slice(wordRingIn, wordRingIn+1)
+	traceSignal(c, dst.Slice(olo, ohi), other, wordRingIn, shmem.SignalSet, base+1)
 	if err := shmem.PutSignal(dst.Slice(olo, ohi), sl[olo:ohi], sig, base+1, shmem.SignalSet, other); err != nil {
 		return err
 	}
+	c.traceWait(wordRingIn, base+1)
 	if err := shmem.WaitUntil(c.words, wordRingIn, shmem.CmpGE, base+1); err != nil {
 		return err
 	}
 	combine(k, op, dl[lo:hi], dl[lo:hi], sl[lo:hi])
+	traceSignal(c, dst.Slice(lo, hi), other, wordRingIn, shmem.SignalSet, base+2)
 	if err := shmem.PutSignal(dst.Slice(lo, hi), dl[lo:hi], sig, base+2, shmem.SignalSet, other); err != nil {
 		return err
 	}
+	c.traceWait(wordRingIn, base+2)
 	return shmem.WaitUntil(c.words, wordRingIn, shmem.CmpGE, base+2)
 }
 
@@ -301,6 +310,7 @@ func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) err
 	var buf []T
 	for s := 0; s < steps; s++ {
 		if s > 0 {
+			c.traceWait(wordRingIn, base+uint64(s))
 			if err := shmem.WaitUntil(c.words, wordRingIn, shmem.CmpGE, base+uint64(s)); err != nil {
 				return err
 			}
@@ -312,17 +322,18 @@ func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) err
 			if s == 0 {
 				from = src
 			}
-			v, err := fetch(from, lo, hi, left, &buf)
+			v, err := fetch(c, from, lo, hi, left, &buf)
 			if err != nil {
 				return err
 			}
 			combine(k, op, dl[lo:hi], v, sl[lo:hi])
-		} else if err := fetchInto(dl[lo:hi], dst, lo, hi, left); err != nil {
+		} else if err := fetchInto(c, dl[lo:hi], dst, lo, hi, left); err != nil {
 			return err
 		}
 		// The last step's signal would have no reader: leave it out, so
 		// every signal is awaited inside the call.
 		if s < steps-1 {
+			traceSignal(c, shmem.Sym[T]{}, right, wordRingIn, shmem.SignalSet, base+uint64(s)+1)
 			if err := shmem.AtomicSet(c.words, wordRingIn, base+uint64(s)+1, right); err != nil {
 				return err
 			}
@@ -361,9 +372,11 @@ func reducePushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op)
 		if s == 0 {
 			from = sl[lo:hi]
 		}
+		traceSignal(c, dst.Slice(lo, hi), right, wordRingIn, shmem.SignalSet, base+uint64(s)+1)
 		if err := shmem.PutSignal(dst.Slice(lo, hi), from, sig, base+uint64(s)+1, shmem.SignalSet, right); err != nil {
 			return err
 		}
+		c.traceWait(wordRingIn, base+uint64(s)+1)
 		if err := shmem.WaitUntil(c.words, wordRingIn, shmem.CmpGE, base+uint64(s)+1); err != nil {
 			return err
 		}

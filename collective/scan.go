@@ -57,7 +57,7 @@ func scan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, inclusive b
 	} else {
 		var buf []T
 		for j := 0; j <= last; j++ {
-			v, err := fetch(src, 0, n, c.world(j), &buf)
+			v, err := fetch(&c, src, 0, n, c.world(j), &buf)
 			if err != nil {
 				return err
 			}

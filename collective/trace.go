@@ -1,0 +1,65 @@
+package collective
+
+import "github.com/goshmem/goshmem/shmem"
+
+// The ownership exploration (explore_own_test.go) checks the real
+// schedules of the collectives: it runs them once with a tracer that
+// records, in each member's program order, every operation that touches
+// another member's memory (or its own through the heap) and every
+// signal and wait, then explores every interleaving of those sequences.
+// tracer is nil outside that test; each site costs a load and a branch.
+var tracer interface {
+	note(pe *shmem.PE, o traceOp)
+}
+
+// traceKind is what a traced operation does.
+type traceKind uint8
+
+const (
+	tBegin  traceKind = iota + 1 // the call begins (after BeginCollective)
+	tEnd                         // the call returns (before EndCollective)
+	tWrite                       // bytes [off, off+n) of the heap of world PE pe are written
+	tRead                        // ... are read
+	tSignal                      // word of the team's area of world PE pe: set to v, or v added
+	tWait                        // this member waits for its own word >= v
+)
+
+// traceOp is one traced operation. A PutSignal is a tWrite with a
+// signal (word >= 0): the data, then the signal.
+type traceOp struct {
+	kind   traceKind
+	pe     int // world PE whose memory is touched or signalled
+	off, n uint64
+	word   int // index in the team's area words, or -1
+	add    bool
+	v      uint64
+}
+
+// traceRange notes an access of elements [lo, hi) of s on world PE w.
+func traceRange[T shmem.Elem](c *call, k traceKind, s shmem.Sym[T], lo, hi, w int) {
+	if tracer != nil && hi > lo {
+		sz := uint64(sizeOf[T]())
+		tracer.note(c.pe, traceOp{kind: k, pe: w, off: s.Offset() + uint64(lo)*sz, n: uint64(hi-lo) * sz, word: -1})
+	}
+}
+
+// traceSignal notes a signal into word of world PE w's area, after the
+// data of d (a PutSignal's) if d is not empty.
+func traceSignal[T shmem.Elem](c *call, d shmem.Sym[T], w, word int, op shmem.SignalOp, v uint64) {
+	if tracer != nil {
+		sz := uint64(sizeOf[T]())
+		tracer.note(c.pe, traceOp{kind: tWrite, pe: w, off: d.Offset(), n: uint64(d.Len()) * sz, word: word, add: op == shmem.SignalAdd, v: v})
+	}
+}
+
+// traceWait notes a wait for this member's word >= v.
+func (c *call) traceWait(word int, v uint64) {
+	if tracer != nil {
+		tracer.note(c.pe, traceOp{kind: tWait, pe: c.pe.MyPE(), word: word, v: v})
+	}
+}
+
+// mutantNoEntry breaks FCollect on purpose: its pushes skip the entry
+// exchange, so they may land in a member that has not entered the call.
+// Only the ownership exploration's mutation check sets it.
+var mutantNoEntry bool
