@@ -21,6 +21,12 @@ func clientParams() *hsParams {
 // runHandshake runs both sides over a pipe.
 func runHandshake(t *testing.T, cp, sp *hsParams, admit func(*hello) byte) (uint64, error, hello, error) {
 	t.Helper()
+	return runHandshakeKind(t, cp, sp, 1, hsKindLink, admit)
+}
+
+// runHandshakeKind is runHandshake for a stream of kind with index stream.
+func runHandshakeKind(t *testing.T, cp, sp *hsParams, stream int, kind byte, admit func(*hello) byte) (uint64, error, hello, error) {
+	t.Helper()
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
@@ -34,7 +40,7 @@ func runHandshake(t *testing.T, cp, sp *hsParams, admit func(*hello) byte) (uint
 		b.Close()
 		sc <- res{h, err}
 	}()
-	pm, cerr := clientHandshake(a, cp, 3, 1, hsKindLink)
+	pm, cerr := clientHandshake(a, cp, 3, stream, kind)
 	a.Close()
 	s := <-sc
 	return pm, cerr, s.h, s.err
@@ -82,6 +88,102 @@ func TestHandshake(t *testing.T) {
 	}
 }
 
+// Channel streams (HELLO stream kind 0x01): either rank may dial, the
+// index is a slot below maxChanStreams, the stream count must still
+// agree; the kind is authenticated like every other field.
+func TestHandshakeChannelStream(t *testing.T) {
+	higher := clientParams()
+	higher.rank = 3
+	server := serverParams()
+	server.rank = 1
+	for _, c := range []struct {
+		name     string
+		cp, sp   *hsParams
+		server   int
+		slot     int
+		wantCode byte // 0: accepted
+	}{
+		{"lower rank dials", clientParams(), serverParams(), 3, 5, 0},
+		{"higher rank dials", higher, server, 1, maxChanStreams - 1, 0},
+		{"slot past the bound", clientParams(), serverParams(), 3, maxChanStreams, refuseStreams},
+		{"to itself", serverParams(), serverParams(), 3, 0, refuseRank},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			var got hello
+			sc := make(chan error, 1)
+			go func() {
+				h, err := serverHandshake(b, c.sp, func(*hello) byte { return 0 })
+				got = h
+				b.Close()
+				sc <- err
+			}()
+			_, cerr := clientHandshake(a, c.cp, c.server, c.slot, hsKindChan)
+			a.Close()
+			serr := <-sc
+			if c.wantCode == 0 {
+				if cerr != nil || serr != nil {
+					t.Fatalf("client %v, server %v", cerr, serr)
+				}
+				if got.kind != hsKindChan || int(got.stream) != c.slot {
+					t.Fatalf("server saw kind %d slot %d", got.kind, got.stream)
+				}
+				return
+			}
+			var rf *refusal
+			if !errors.As(cerr, &rf) || rf.code != c.wantCode || !errors.Is(serr, errs.Auth) {
+				t.Fatalf("client %v, server %v: want refusal %d", cerr, serr, c.wantCode)
+			}
+		})
+	}
+	// A link stream from the higher rank is still refused.
+	_, cerr, _, _ := runHandshakeKind(t, higher, server, 0, hsKindLink, func(*hello) byte { return 0 })
+	var rf *refusal
+	if !errors.As(cerr, &rf) || rf.code != refuseRank {
+		t.Fatalf("link stream from the higher rank: %v", cerr)
+	}
+	// Any other kind, and reserved bytes after the kind, are malformed.
+	h := hello{jobID: testJob, client: 1, server: 3, streams: 2, kind: hsKindChan}
+	raw := appendHello(nil, &h)
+	if p, err := parseHello(raw); err != nil || p.kind != hsKindChan {
+		t.Fatalf("parse a channel HELLO: %+v, %v", p, err)
+	}
+	for _, at := range []int{20, 21, 22, 23} {
+		bad := append([]byte(nil), raw...)
+		bad[at] = 2
+		if _, err := parseHello(bad); err == nil {
+			t.Fatalf("HELLO with byte %d = 2 parsed", at)
+		}
+	}
+}
+
+// FuzzParseHello: whatever parseHello accepts re-encodes to the same
+// bytes (every field, the stream kind included, is read from where
+// appendHello writes it, and nothing else is ignored), and checkHello
+// judges it without panicking.
+func FuzzParseHello(f *testing.F) {
+	for _, k := range []byte{hsKindLink, hsKindChan, 2} {
+		h := hello{jobID: testJob, client: 1, server: 3, stream: 1, streams: 2, kind: k, memSize: 4096}
+		f.Add(appendHello(nil, &h))
+	}
+	f.Add([]byte("GSNM\x01\x01\x01\x00"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := parseHello(b)
+		if err != nil {
+			return
+		}
+		if h.kind != hsKindLink && h.kind != hsKindChan {
+			t.Fatalf("parsed a HELLO of kind %d", h.kind)
+		}
+		if re := appendHello(nil, &h); !bytes.Equal(re, b) {
+			t.Fatalf("HELLO re-encodes differently:\n% x\n% x", b, re)
+		}
+		checkHello(&h, serverParams())
+	})
+}
+
 // The server never admits anything that does not carry a client MAC made
 // with the key, whatever bytes it is fed.
 func FuzzHandshake(f *testing.F) {
@@ -89,6 +191,9 @@ func FuzzHandshake(f *testing.F) {
 	raw := appendHello(nil, &h)
 	f.Add(raw, []byte{})
 	f.Add(raw, appendProof(nil, make([]byte, macLen)))
+	hc := h
+	hc.kind = hsKindChan
+	f.Add(appendHello(nil, &hc), appendProof(nil, make([]byte, macLen)))
 	f.Add([]byte("GSNM\x01\x01\xff\x00"), []byte{})
 	f.Add([]byte("GSNM\x02\x01\x03\x00"), []byte{})
 	f.Add([]byte("garbage"), []byte("more garbage"))
