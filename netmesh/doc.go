@@ -26,6 +26,12 @@
 // slice without copying. With Config.Streams > 1, large PUTs and GETs are
 // striped over several connections per pair.
 //
+// Channels (chan.go): Link.OpenChannel opens an independent completion
+// stream over a link, a connection of its own (opened on demand with the
+// same handshake, by either side), whose Flush waits for its own frames
+// only; Link.Flush still covers every connection of the link. At most
+// Config.ChanStreams per side and link; beyond, channels share.
+//
 // Who reads (lead.go, watch.go): a caller blocked in Get, Atomic or Flush
 // that finds the connection's read token free reads the connection itself
 // until its reply has arrived (applying whatever comes before it, as any
