@@ -41,8 +41,8 @@ func FutexWake(addr *uint32, n int) {
 // PE sharing the core ran for a while; through syscall.Syscall the
 // runtime then treats the yield as a blocking call, hands the processor
 // to another thread, and the goroutine resumes on a thread that must be
-// woken first: a 4-process flat barrier on 2 CPUs took 3.9 to 5 µs a
-// call so, 1.9 to 2.2 µs with the raw call, as a C program does
+// woken first: a 4-process flat barrier on 2 CPUs took 2.9 to 5.3 µs a
+// call so, 1.8 to 2.5 µs with the raw call, as a C program does
 // (docs/performance.md). The cost: while the thread is off its CPU, the
 // process's other goroutines have one Go processor fewer.
 func Yield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
