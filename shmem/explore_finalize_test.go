@@ -58,7 +58,7 @@ var fzNames = [fzActors]string{"finalizer", "futex wait", "parked wait", "put", 
 type fzState struct {
 	gate     uint64
 	wake     uint32 // the PE's futex wake word
-	pokes    uint8  // polls closed so far
+	pokes    uint8  // poke channels closed so far
 	word     bool   // the word the waits wait for is set
 	unmapped bool
 	pc       [fzActors]uint8
@@ -70,7 +70,7 @@ type fzState struct {
 // The waits' program counters.
 const (
 	wEnter = iota
-	wLoad
+	wLoad // = 1, where admit leaves an admitted goroutine
 	wCond
 	wAlive
 	wSleep
@@ -154,6 +154,22 @@ func (m *fzModel) steps(s fzState) []explore.Step[fzState] {
 		f(pe)
 		return fzRead(s, pe, w, ch)
 	}
+	// admit is goroutine a's first step: enter (the PE's own calls) or
+	// Enter, to pc 1, or refused, to pc done with the error.
+	admit := func(a int, name string, enter func(pe *PE) error, done uint8) {
+		var err error
+		nx := call(s, func(pe *PE) { err = enter(pe) })
+		if err == nil {
+			nx.pc[a] = 1
+			add(a, name, nx)
+			return
+		}
+		nx.pc[a], nx.result[a] = done, errResult(err)
+		if s.gate&stMask == stRunning {
+			nx.bad = fmt.Sprintf("the %s was refused by a running PE: %v", fzNames[a], err)
+		}
+		add(a, name+": refused", nx)
+	}
 	// The finalizer.
 	switch s.pc[fzFinalizer] {
 	case 0:
@@ -205,18 +221,7 @@ func (m *fzModel) steps(s fzState) []explore.Step[fzState] {
 		}
 		switch s.pc[a] {
 		case wEnter:
-			var err error
-			nx = call(s, func(pe *PE) { err = pe.enter() })
-			if err != nil {
-				nx.pc[a], nx.result[a] = wDone, errResult(err)
-				if s.gate&stMask == stRunning {
-					nx.bad = fmt.Sprintf("the %s was refused by a running PE: %v", fzNames[a], err)
-				}
-				add(a, "enter: refused", nx)
-			} else {
-				nx.pc[a] = wLoad
-				add(a, "enter", nx)
-			}
+			admit(a, "enter", (*PE).enter, wDone)
 		case wLoad:
 			nx.seen[a], nx.pc[a] = now, wCond
 			add(a, fmt.Sprintf("loads the wake word (%d)", now), nx)
@@ -267,15 +272,7 @@ func (m *fzModel) steps(s fzState) []explore.Step[fzState] {
 		nx := s
 		switch s.pc[fzPut] {
 		case 0:
-			var err error
-			nx = call(s, func(pe *PE) { err = pe.enter() })
-			if err != nil {
-				nx.pc[fzPut], nx.result[fzPut] = 4, errResult(err)
-				add(fzPut, "enter: refused", nx)
-			} else {
-				nx.pc[fzPut] = 1
-				add(fzPut, "enter", nx)
-			}
+			admit(fzPut, "enter", (*PE).enter, 4)
 		case 1:
 			nx.touch(fzPut, "wrote")
 			nx.word, nx.pc[fzPut] = true, 2
@@ -295,15 +292,7 @@ func (m *fzModel) steps(s fzState) []explore.Step[fzState] {
 		nx := s
 		switch s.pc[fzEnter] {
 		case 0:
-			var err error
-			nx = call(s, func(pe *PE) { err = pe.Enter() })
-			if err != nil {
-				nx.pc[fzEnter], nx.result[fzEnter] = 3, errResult(err)
-				add(fzEnter, "Enter: refused", nx)
-			} else {
-				nx.pc[fzEnter] = 1
-				add(fzEnter, "Enter", nx)
-			}
+			admit(fzEnter, "Enter", (*PE).Enter, 3)
 		case 1:
 			nx.touch(fzEnter, "read")
 			nx.pc[fzEnter] = 2
