@@ -70,7 +70,7 @@ type fzState struct {
 // The waits' program counters.
 const (
 	wEnter = iota
-	wLoad // = 1, where admit leaves an admitted goroutine
+	wLoad  // = 1, where admit leaves an admitted goroutine
 	wCond
 	wAlive
 	wSleep
