@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -41,14 +42,18 @@ import (
 // commMsg is message id's sender and tag.
 type commMsg struct{ src, tag int }
 
-// commSpec is a receive's source and tag (AnySource, AnyTag allowed).
-type commSpec struct{ from, tag int }
+// commSpec is a receive's source and tag (AnySource, AnyTag allowed);
+// probe makes it a Probe.
+type commSpec struct {
+	from, tag int
+	probe     bool
+}
 
 func (r commSpec) matches(m commMsg) bool {
 	return (r.from == AnySource || r.from == m.src) && (r.tag == AnyTag || r.tag == m.tag)
 }
 
-const commMaxRecvs, commMaxSenders = 8, 3
+const commMaxRecvs, commMaxSenders, commMaxMsgs = 8, 3, 8
 
 type commState struct {
 	sent   [commMaxSenders + 1]uint8 // messages each sender has sent
@@ -96,8 +101,8 @@ func (m *commModel) build(s commState) (*engine, *Comm, []*request) {
 	e.comms[0] = c
 	for _, id := range []byte(s.unexp) {
 		msg := m.msgs[id]
-		c.unexp = append(c.unexp, &entry{src: msg.src, wsrc: msg.src, tag: msg.tag, kind: m.kind, bytes: 1, data: []byte{id}})
-		e.queued += 1 + entryCost
+		c.unexp = append(c.unexp, &entry{src: msg.src, wsrc: msg.src, tag: msg.tag, kind: m.kind, bytes: int(id) + 1, data: commPayload(int(id))})
+		e.queued += int(id) + 1 + entryCost
 	}
 	reqs := make([]*request, len(m.recvs))
 	for _, r := range []byte(s.posted) {
@@ -110,12 +115,20 @@ func (m *commModel) build(s commState) (*engine, *Comm, []*request) {
 
 func (m *commModel) request(c *Comm, r int) *request {
 	sp := m.recvs[r]
-	return &request{c: c, from: sp.from, tag: sp.tag, kind: m.kind, size: 1, dst: []byte{0xFF}}
+	q := &request{c: c, from: sp.from, tag: sp.tag, probe: sp.probe}
+	if !sp.probe {
+		q.kind, q.size, q.dst = m.kind, 1, bytes.Repeat([]byte{0xFF}, commMaxMsgs)
+	}
+	return q
 }
+
+// commPayload is message id's payload: id+1 bytes of id, so that a
+// Status (its Bytes) names the message too.
+func commPayload(id int) []byte { return bytes.Repeat([]byte{byte(id)}, id+1) }
 
 // read takes the matching state back from the engine after a step,
 // judging every receive that completed in it.
-func (m *commModel) read(s commState, c *Comm, reqs []*request, label *strings.Builder) commState {
+func (m *commModel) read(s commState, c *Comm, reqs []*request, label *strings.Builder, arr int) commState {
 	nx := s
 	var u []byte
 	for _, ent := range c.unexp {
@@ -134,44 +147,62 @@ func (m *commModel) read(s commState, c *Comm, reqs []*request, label *strings.B
 		}
 	}
 	nx.posted = string(p)
+	var done []int
 	for r, q := range reqs {
-		if q == nil || !q.done {
-			continue
+		if q != nil && q.done {
+			nx.rst[r] = 2
+			done = append(done, r)
 		}
+	}
+	for _, r := range done {
+		q := reqs[r]
 		if q.posted {
 			nx.bad = fmt.Sprintf("receive %d completed but is still posted", r)
 		}
-		nx.rst[r] = 2
-		id := int(q.dst[0])
+		id := q.st.Bytes - 1
+		what := "gets"
+		if m.recvs[r].probe {
+			what = "probes"
+		} else if len(q.dst) > id && id >= 0 && (q.dst[0] != byte(id) || q.dst[id] != byte(id)) {
+			nx.bad = fmt.Sprintf("receive %d got status %+v but payload %v", r, q.st, q.dst)
+		}
 		nx.got[r] = int8(id)
-		fmt.Fprintf(label, ", receive %d %v gets message %d", r, m.recvs[r], id)
+		fmt.Fprintf(label, ", receive %d %v %s message %d", r, m.recvs[r], what, id)
 		if q.err != nil {
 			nx.bad = fmt.Sprintf("receive %d failed: %v", r, q.err)
 			continue
 		}
-		if bad := m.judge(s, r, id, q.st); bad != "" {
+		if bad := m.judge(s, nx, r, id, q.st, arr); bad != "" {
 			nx.bad = bad
 		}
 	}
 	return nx
 }
 
-// judge is the property for receive r getting message id in the step
-// from s.
-func (m *commModel) judge(s commState, r, id int, st Status) string {
-	if id >= len(m.msgs) {
+// judge is the property for receive r getting (or probing) message id
+// in the step from s to nx, in which message arr (or -1) arrived.
+func (m *commModel) judge(s, nx commState, r, id int, st Status, arr int) string {
+	if id < 0 || id >= len(m.msgs) {
 		return fmt.Sprintf("receive %d got %d, no message of the run", r, id)
 	}
 	msg, sp := m.msgs[id], m.recvs[r]
 	if !sp.matches(msg) {
 		return fmt.Sprintf("receive %d (from %d, tag %d) got message %d (from %d, tag %d), which does not match it", r, sp.from, sp.tag, id, msg.src, msg.tag)
 	}
-	if st != (Status{Source: msg.src, Tag: msg.tag, Bytes: 1}) {
+	if st != (Status{Source: msg.src, Tag: msg.tag, Bytes: id + 1}) {
 		return fmt.Sprintf("receive %d got message %d with status %+v", r, id, st)
 	}
-	for q := range m.recvs {
-		if s.rst[q] == 2 && int(s.got[q]) == id {
-			return fmt.Sprintf("message %d received twice (by receives %d and %d)", id, q, r)
+	if m.received(s, id) {
+		return fmt.Sprintf("receive %d got message %d, already received", r, id)
+	}
+	if sp.probe && strings.IndexByte(s.unexp, byte(id)) < 0 && id != arr {
+		return fmt.Sprintf("probe %d saw message %d, which is neither queued nor arriving", r, id)
+	}
+	if !sp.probe {
+		for q := range m.recvs {
+			if q != r && !m.recvs[q].probe && nx.rst[q] == 2 && int(nx.got[q]) == id && s.rst[q] != 2 {
+				return fmt.Sprintf("message %d received twice in one step (by receives %d and %d)", id, q, r)
+			}
 		}
 	}
 	for e := m.first[msg.src]; e < id; e++ {
@@ -183,7 +214,7 @@ func (m *commModel) judge(s commState, r, id int, st Status) string {
 		if int(q) == r {
 			break
 		}
-		if s.rst[q] == 1 && m.recvs[q].matches(msg) {
+		if nx.rst[q] == 1 && m.recvs[q].matches(msg) {
 			return fmt.Sprintf("message %d went to receive %d while receive %d, posted earlier and matching it, waits", id, r, q)
 		}
 	}
@@ -192,7 +223,7 @@ func (m *commModel) judge(s commState, r, id int, st Status) string {
 
 func (m *commModel) received(s commState, id int) bool {
 	for q := range m.recvs {
-		if s.rst[q] == 2 && int(s.got[q]) == id {
+		if !m.recvs[q].probe && s.rst[q] == 2 && int(s.got[q]) == id {
 			return true
 		}
 	}
@@ -226,13 +257,13 @@ func (m *commModel) steps(s commState) []explore.Step[commState] {
 		}
 		id := m.first[snd] + int(s.lane[snd])
 		e, c, reqs := m.build(s)
-		b := make([]byte, hdrEager+1)
+		b := make([]byte, hdrEager, hdrEager+id+1)
 		putEager(b, m.kind, 0, m.msgs[id].tag)
-		b[hdrEager] = byte(id)
+		b = append(b, commPayload(id)...)
 		var label strings.Builder
 		fmt.Fprintf(&label, "receiver takes message %d from sender %d's lane", id, snd)
 		ok, err := e.handle(snd, Message{Origin: snd, Seq: uint64(s.lane[snd]) + 1, Data: b})
-		nx := m.read(s, c, reqs, &label)
+		nx := m.read(s, c, reqs, &label, id)
 		nx.lane[snd]++
 		if err != nil || !ok {
 			nx.bad = fmt.Sprintf("handle of message %d: %v, %v", id, ok, err)
@@ -256,7 +287,7 @@ func (m *commModel) steps(s commState) []explore.Step[commState] {
 			c.posted = append(c.posted, q)
 			label.WriteString(" and is posted")
 		}
-		nx := m.read(s, c, reqs, &label)
+		nx := m.read(s, c, reqs, &label, -1)
 		nx.order += string(rune(r))
 		if !q.done {
 			nx.rst[r] = 1
@@ -296,7 +327,9 @@ func (m *commModel) final(s commState) error {
 		case 0:
 			return fmt.Errorf("receive %d never ran", r)
 		case 2:
-			count[s.got[r]]++
+			if !m.recvs[r].probe {
+				count[s.got[r]]++
+			}
 		}
 	}
 	for id, c := range count {
@@ -333,12 +366,14 @@ var commCases = []struct {
 	recvs []commSpec
 	deep  bool
 }{
-	{"2 senders, 2 messages, 2 receives", [][]int{{0}, {0}}, []commSpec{{anySrc, 0}, {1, AnyTag}}, false},
-	{"2 senders, 4 messages, 4 receives", [][]int{{0, 1}, {1, 0}}, []commSpec{{1, 1}, {anySrc, 0}, {2, AnyTag}, {anySrc, AnyTag}}, false},
-	{"2 senders, 6 messages, 6 receives", [][]int{{0, 0, 1}, {1, 0, 1}}, []commSpec{{1, 0}, {anySrc, 0}, {2, AnyTag}, {anySrc, AnyTag}, {1, AnyTag}, {anySrc, 1}}, false},
-	{"3 senders, 6 messages, 5 receives", [][]int{{0, 1}, {1, 1}, {0, 0}}, []commSpec{{anySrc, AnyTag}, {1, AnyTag}, {anySrc, 1}, {3, 0}, {2, 1}}, false},
-	{"3 senders, 6 messages, 6 receives", [][]int{{0, 1}, {1, 1}, {0, 0}}, []commSpec{{anySrc, AnyTag}, {1, AnyTag}, {anySrc, 1}, {3, 0}, {2, AnyTag}, {anySrc, 0}}, false},
-	{"3 senders, 7 messages, 7 receives", [][]int{{0, 1}, {1, 1}, {0, 0, 1}}, []commSpec{{anySrc, AnyTag}, {1, AnyTag}, {anySrc, 1}, {3, 0}, {2, AnyTag}, {anySrc, 0}, {3, AnyTag}}, true},
+	{"2 senders, 2 messages, 2 receives", [][]int{{0}, {0}}, []commSpec{{anySrc, 0, false}, {1, AnyTag, false}}, false},
+	{"2 senders, 4 messages, 4 receives", [][]int{{0, 1}, {1, 0}}, []commSpec{{1, 1, false}, {anySrc, 0, false}, {2, AnyTag, false}, {anySrc, AnyTag, false}}, false},
+	{"2 senders, 6 messages, 6 receives", [][]int{{0, 0, 1}, {1, 0, 1}}, []commSpec{{1, 0, false}, {anySrc, 0, false}, {2, AnyTag, false}, {anySrc, AnyTag, false}, {1, AnyTag, false}, {anySrc, 1, false}}, false},
+	{"3 senders, 6 messages, 5 receives", [][]int{{0, 1}, {1, 1}, {0, 0}}, []commSpec{{anySrc, AnyTag, false}, {1, AnyTag, false}, {anySrc, 1, false}, {3, 0, false}, {2, 1, false}}, false},
+	{"3 senders, 6 messages, 6 receives", [][]int{{0, 1}, {1, 1}, {0, 0}}, []commSpec{{anySrc, AnyTag, false}, {1, AnyTag, false}, {anySrc, 1, false}, {3, 0, false}, {2, AnyTag, false}, {anySrc, 0, false}}, false},
+	{"2 senders, 4 messages, 4 receives, 2 probes", [][]int{{0, 1}, {1, 0}}, []commSpec{{1, 1, false}, {anySrc, 0, false}, {2, AnyTag, false}, {anySrc, AnyTag, false}, {anySrc, 1, true}, {2, 0, true}}, false},
+	{"3 senders, 6 messages, 5 receives, 1 probe", [][]int{{0, 1}, {1, 1}, {0, 0}}, []commSpec{{anySrc, AnyTag, false}, {1, AnyTag, false}, {anySrc, 1, false}, {3, 0, false}, {2, 1, false}, {anySrc, 0, true}}, false},
+	{"3 senders, 7 messages, 7 receives", [][]int{{0, 1}, {1, 1}, {0, 0, 1}}, []commSpec{{anySrc, AnyTag, false}, {1, AnyTag, false}, {anySrc, 1, false}, {3, 0, false}, {2, AnyTag, false}, {anySrc, 0, false}, {3, AnyTag, false}}, true},
 }
 
 // TestExploreCommMatching: every order of arrivals and receives in the
