@@ -61,8 +61,10 @@ func allToAll[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], dstStride, src
 		w := c.world(j)
 		var err error
 		if !strided {
+			traceRange(&c, tWrite, dst, c.me*n, (c.me+1)*n, w)
 			err = shmem.Put(dst.Slice(c.me*n, (c.me+1)*n), sl[j*n:(j+1)*n], w)
 		} else {
+			traceRange(&c, tWrite, dst, c.me*n*dstStride, c.me*n*dstStride+(n-1)*dstStride+1, w)
 			d := dst.Slice(c.me*n*dstStride, dst.Len())
 			err = shmem.IPut(d, dstStride, sl[j*n*srcStride:], srcStride, n, w)
 		}

@@ -39,7 +39,7 @@ type ownCase struct {
 	algo  string // GOSHMEM_COLLECTIVE_ALGO
 	hosts string // scenario.Hosts kind, "" for one host
 	minN  int
-	big   bool // the largest state spaces: one member fewer by default
+	big   bool // one member fewer by default: the largest state spaces, or a schedule of FCollect's shape
 	call  func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error
 }
 
@@ -66,6 +66,16 @@ var ownCases = []ownCase{
 	}},
 	{"Broadcast scatter + allgather (hosts apart, root 0)", "direct", "remote", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
 		return Broadcast(t, dst.Slice(0, ownLen), src, 0)
+	}},
+	{"Collect (entry exchange with the counts, pushes, exit exchange)", "direct", "", 2, true, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
+		_, err := Collect(t, dst, src, ownLen)
+		return err
+	}},
+	{"AllToAll (entry exchange, pushes, exit exchange)", "direct", "", 2, true, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
+		return AllToAll(t, dst, src, ownLen/n)
+	}},
+	{"InScan (entry exchange, reads of the lower members' src, exit exchange)", "direct", "", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
+		return InScan(t, dst.Slice(0, ownLen), src, Sum)
 	}},
 }
 
