@@ -3,6 +3,7 @@ package shmem
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -412,5 +413,42 @@ func TestExploreFinalizeMutants(t *testing.T) {
 			t.Fatalf("%s: a begin that wakes nobody passed or failed otherwise: %v", fzNames[a], err)
 		}
 		t.Logf("%s, begin without its wake:\n%v", fzNames[a], f)
+	}
+}
+
+// The model's copy of the sleeping loops' order (load the wake word or
+// the poke channel, the condition, alive, sleep on what was loaded) is
+// held to the code: the statements appear in wait.go in that order, in
+// await and in parkUntil. A reorder that could lose a wake-up (alive
+// before the load) fails here, and the model must then follow it.
+func TestExploreFinalizeLoopOrder(t *testing.T) {
+	src, err := os.ReadFile("wait.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := string(src)
+	for _, loop := range []struct {
+		fn    string
+		order []string
+	}{
+		{"func (pe *PE) await(", []string{"heap.BeginSleep", "for {", "seq := atomic.LoadUint32(me.wake)", "if cond() {", "pe.alive()", "heap.FutexWait(me.wake, seq, nap)", "if cond() {", "pe.alive()"}},
+		{"func (pe *PE) parkUntil(", []string{"heap.BeginSleep", "for {", "ch := *pe.pokeCh.Load()", "if cond() {", "pe.alive()", "case <-ch:", "if cond() {", "pe.alive()"}},
+	} {
+		at := strings.Index(code, loop.fn)
+		if at < 0 {
+			t.Fatalf("wait.go has no %s", loop.fn)
+		}
+		body := code[at:]
+		if end := strings.Index(body[1:], "\nfunc "); end >= 0 {
+			body = body[:end+1]
+		}
+		pos := 0
+		for _, stmt := range loop.order {
+			i := strings.Index(body[pos:], stmt)
+			if i < 0 {
+				t.Fatalf("%s: %q does not follow the statements before it in the model's order %q", loop.fn, stmt, loop.order)
+			}
+			pos += i + len(stmt)
+		}
 	}
 }
