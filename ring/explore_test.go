@@ -20,14 +20,19 @@ import (
 // image is split into its 8-byte word stores, in every order (a copy
 // may go either way, or in wider pieces, which are coarser), so the
 // receiver can see every torn slot; the put's signal (pub = seq) comes
-// after the last word, as PutSignal orders it. A poll is one step: the
+// after the last word, as PutSignal orders it. The bytes put are the
+// ones slotPut chooses: the whole slot (capacity exCap), or the head and
+// the tail alone (exCapSplit). A poll is one step: the
 // receiver's loads of one poll see one instant (see
 // docs/verification.md). Acks are cumulative adds to the sender's ack
 // word, as Ack makes them over shared memory.
 
 const (
 	exLine = 64 // cache line of the explored layout
-	exCap  = 8  // lane capacity: one payload word
+	exCap  = 8  // lane capacity: one payload word (Send puts the whole slot)
+	// exCapSplit: a capacity whose slots leave enough padding after an
+	// exPayload that Send puts the head and the tail apart (slotPut).
+	exCapSplit = 296
 )
 
 // exPayload is message seq's payload: 8 bytes for odd seq, 3 for even,
@@ -76,7 +81,11 @@ type laneModel struct {
 }
 
 func newLaneModel(t testing.TB, mode Mode, depth, msgs int) *laneModel {
-	lane := Lane{From: 0, To: 1, Depth: depth, Capacity: exCap}
+	return newLaneModelCap(t, mode, depth, msgs, exCap)
+}
+
+func newLaneModelCap(t testing.TB, mode Mode, depth, msgs, capacity int) *laneModel {
+	lane := Lane{From: 0, To: 1, Depth: depth, Capacity: capacity}
 	lay, err := computeLayout([]Lane{lane}, 2, exLine, InlineMax, 1<<30)
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +99,21 @@ func (m *laneModel) init() laneState {
 		stage: string(make([]byte, m.lay.slotSize)),
 		sNext: 1, rNext: 1,
 	}
+}
+
+// chunks are the byte ranges of a slot that the put of an image with
+// used bytes of header and payload stores, in pieces of up to 8 bytes:
+// what slotPut says Send puts.
+func (m *laneModel) chunks(used int) [][2]int {
+	head, tail := slotPut(m.lay.slotSize, used)
+	var out [][2]int
+	for lo := 0; lo < head; lo += 8 {
+		out = append(out, [2]int{lo, min(lo+8, head)})
+	}
+	if tail {
+		out = append(out, [2]int{m.lay.slotSize - tailSize, m.lay.slotSize})
+	}
+	return out
 }
 
 // image is the slot image the sender puts for message s.sNext: encodeSlot
@@ -129,18 +153,18 @@ func (m *laneModel) steps(s laneState) []explore.Step[laneState] {
 			base := m.lay.slotsOff + k*m.lay.slotSize
 			img := s.stage
 			dirty := false
-			for w := 0; w < m.lay.slotSize/8; w++ {
-				lo, hi := base+8*w, base+8*w+8
-				if s.mem[lo:hi] == img[8*w:8*w+8] {
+			for _, c := range m.chunks(offPayload + len(exPayload(seq))) {
+				lo, hi := base+c[0], base+c[1]
+				if s.mem[lo:hi] == img[c[0]:c[1]] {
 					continue // storing the same bytes changes nothing
 				}
 				dirty = true
 				nx := s
-				nx.mem = s.mem[:lo] + img[8*w:8*w+8] + s.mem[hi:]
+				nx.mem = s.mem[:lo] + img[c[0]:c[1]] + s.mem[hi:]
 				if old := seq - m.depth; seq > m.depth && m.mode == Safe && s.rAcked < old {
 					nx.bad = fmt.Sprintf("the sender overwrote slot %d, holding message %d, which the receiver had not acknowledged (acked %d)", k, old, s.rAcked)
 				}
-				out = append(out, explore.Step[laneState]{Actor: 0, Label: fmt.Sprintf("sender stores word %d of slot %d (message %d)", w, k, seq), Next: nx})
+				out = append(out, explore.Step[laneState]{Actor: 0, Label: fmt.Sprintf("sender stores bytes %d..%d of slot %d (message %d)", c[0], c[1]-1, k, seq), Next: nx})
 			}
 			if !dirty {
 				nx := s
@@ -294,21 +318,23 @@ func TestExploreLanes(t *testing.T) {
 	if explore.Deep() {
 		maxDepth, maxMsgs = 4, 10
 	}
-	for _, mode := range []Mode{Safe, Raw} {
-		for depth := 1; depth <= maxDepth; depth++ {
-			for msgs := 1; msgs <= maxMsgs; msgs++ {
-				m := newLaneModel(t, mode, depth, msgs)
-				res, err := m.explore(explore.Bound{States: 20_000_000})
-				if err != nil {
-					t.Fatalf("%v lane, depth %d, %d messages: %v", mode, depth, msgs, err)
+	for _, capacity := range []int{exCap, exCapSplit} {
+		for _, mode := range []Mode{Safe, Raw} {
+			for depth := 1; depth <= maxDepth; depth++ {
+				for msgs := 1; msgs <= maxMsgs; msgs++ {
+					m := newLaneModelCap(t, mode, depth, msgs, capacity)
+					res, err := m.explore(explore.Bound{States: 20_000_000})
+					if err != nil {
+						t.Fatalf("%v lane of capacity %d, depth %d, %d messages: %v", mode, capacity, depth, msgs, err)
+					}
+					if res.Truncated {
+						t.Fatalf("%v lane of capacity %d, depth %d, %d messages: %v", mode, capacity, depth, msgs, res)
+					}
+					if mode == Raw && depth < msgs && m.torn == 0 {
+						t.Fatalf("%v lane of capacity %d, depth %d, %d messages: no poll met a slot being overwritten", mode, capacity, depth, msgs)
+					}
+					t.Logf("%v lane of capacity %d, depth %d, %d messages: %v; %d polls met a torn or overwritten slot", mode, capacity, depth, msgs, res, m.torn)
 				}
-				if res.Truncated {
-					t.Fatalf("%v lane, depth %d, %d messages: %v", mode, depth, msgs, res)
-				}
-				if mode == Raw && depth < msgs && m.torn == 0 {
-					t.Fatalf("%v lane, depth %d, %d messages: no poll met a slot being overwritten", mode, depth, msgs)
-				}
-				t.Logf("%v lane, depth %d, %d messages: %v; %d polls met a torn or overwritten slot", mode, depth, msgs, res, m.torn)
 			}
 		}
 	}
@@ -343,5 +369,17 @@ func TestExploreLaneLayout(t *testing.T) {
 	img := m.image(m.init())
 	if binary.LittleEndian.Uint64(img[len(img)-8:]) != ^uint64(1) {
 		t.Fatalf("image of message 1 has tail %x", img[len(img)-8:])
+	}
+	// The two capacities explore both ways of putting a slot.
+	for _, c := range []struct {
+		capacity int
+		split    bool
+	}{{exCap, false}, {exCapSplit, true}} {
+		m := newLaneModelCap(t, Safe, 2, 1, c.capacity)
+		for seq := uint64(1); seq <= 2; seq++ {
+			if _, split := slotPut(m.lay.slotSize, offPayload+len(exPayload(seq))); split != c.split {
+				t.Fatalf("capacity %d (slot %d bytes), message %d: slotPut splits %v, want %v", c.capacity, m.lay.slotSize, seq, split, c.split)
+			}
+		}
 	}
 }

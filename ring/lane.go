@@ -69,16 +69,28 @@ func (l *sendLane) sendv(r *Ring, hdr, data []byte, wait bool) (seq uint64, sent
 		}
 	}
 	k := slotOf(seq, l.depth)
+	used := offPayload + bulkInline
 	if n > l.lay.inline {
 		if err := l.putBulk(r, k, seq, hdr, data); err != nil {
 			return 0, false, err
 		}
 	} else {
 		encodeSlot2(l.stage, seq, hdr, data)
+		used = offPayload + n
 	}
-	// One put of the whole slot image; its signal publishes seq in the
-	// lane's pub word, after the data (PutSignal orders them).
-	if err := shmem.PutSignal(l.slot(k), l.stage, l.pub, seq, shmem.SignalSet, l.lane.To); err != nil {
+	// The slot image's head (header and inline bytes), or the whole slot,
+	// with one put whose signal publishes seq in the lane's pub word,
+	// after the data (PutSignal orders them); before it, when the head
+	// leaves much padding, the tail alone (slotPut).
+	slot := l.slot(k)
+	head, tail := slotPut(l.lay.slotSize, used)
+	if tail {
+		t := l.lay.slotSize - tailSize
+		if err := shmem.Put(slot.Slice(t, l.lay.slotSize), l.stage[t:], l.lane.To); err != nil {
+			return 0, false, fmt.Errorf("ring: Send of message %d on lane %d→%d: %w", seq, l.lane.From, l.lane.To, err)
+		}
+	}
+	if err := shmem.PutSignal(slot.Slice(0, head), l.stage[:head], l.pub, seq, shmem.SignalSet, l.lane.To); err != nil {
 		return 0, false, fmt.Errorf("ring: Send of message %d on lane %d→%d: %w", seq, l.lane.From, l.lane.To, err)
 	}
 	if l.ringBell {
@@ -90,6 +102,24 @@ func (l *sendLane) sendv(r *Ring, hdr, data []byte, wait bool) (seq uint64, sent
 	}
 	l.next++
 	return seq, true, nil
+}
+
+// splitMin is the least padding between a slot image's head and its
+// tail for which Send puts the two apart rather than the whole slot: a
+// second put costs about what copying a few cache lines does.
+const splitMin = 256
+
+// slotPut says how Send puts the image of a slot of size bytes whose
+// header and inline bytes are its first used bytes: the first head bytes
+// with the signal, and, when tail is set, the tail word apart before
+// them (the padding between is stale and never read). A small message in
+// a large slot (a Comm's 8 bytes in a 1088-byte slot) thus moves two
+// cache lines' worth, not the whole slot.
+func slotPut(size, used int) (head int, tail bool) {
+	if size-used-tailSize >= splitMin {
+		return used, true
+	}
+	return size, false
 }
 
 // waitAck waits until the receiver has acknowledged message need.
