@@ -281,6 +281,7 @@ const (
 	stepRingLat    = 5
 	stepPutSigLat  = 6
 	stepNoReadLat  = 7
+	stepComm       = 8 // BenchmarkComm's steps (inlineMax is the window)
 )
 
 // runStep runs one step on this PE; PE 0's time is the measurement.
@@ -298,6 +299,8 @@ func runStep(pe *shmem.PE, step, size, count, inlineMax int) (time.Duration, err
 		return putSignalLatency(pe, size, count, true)
 	case stepNoReadLat:
 		return putSignalLatency(pe, size, count, false)
+	case stepComm:
+		return commSteps(pe, size, count, inlineMax)
 	}
 	return 0, fmt.Errorf("unknown benchmark step %d", step)
 }

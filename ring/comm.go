@@ -113,7 +113,7 @@ func newCommCap(t *shmem.Team, queueCap int) (*Comm, error) {
 		return nil, err
 	}
 	c.e = e
-	e.comms[c.id] = c
+	e.comms[c.id], e.root = c, c
 	return c, nil
 }
 

@@ -4,81 +4,106 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/goshmem/goshmem/shmem"
 )
 
 // BenchmarkComm: ping-pong (one-way ns) and osu_bw-style windows between
-// two goroutine PEs; goshbench's comm suites are the reported figures
+// two goroutine PEs, and between two processes (PE 1 is this test binary
+// re-executed, as BenchmarkLane's processes; -cpuprofile then profiles
+// PE 0); goshbench's comm suites are the reported figures
 // (docs/ring.md), this is for profiling.
 func BenchmarkComm(b *testing.B) {
-	for _, size := range []int{8, 64 << 10, 1 << 20} {
-		b.Run(fmt.Sprintf("pingpong/%d", size), func(b *testing.B) { commBench(b, size, 0) })
-		b.Run(fmt.Sprintf("window/%d", size), func(b *testing.B) { commBench(b, size, 64) })
+	for _, route := range []string{"goroutines", "processes"} {
+		for _, size := range []int{8, 64 << 10, 1 << 20} {
+			for _, window := range []int{0, 64} {
+				name := fmt.Sprintf("%s/pingpong/%d", route, size)
+				if window > 0 {
+					name = fmt.Sprintf("%s/window/%d", route, size)
+				}
+				b.Run(name, func(b *testing.B) {
+					b.SetBytes(int64(size))
+					var d time.Duration
+					var err error
+					if route == "processes" {
+						d, err = benchJobFor(b).run(stepComm, size, b.N, window)
+					} else {
+						err = shmem.Run(2, func(pe *shmem.PE) error {
+							t, err := commSteps(pe, size, b.N, window)
+							if pe.MyPE() == 0 {
+								d = t
+							}
+							return err
+						}, shmem.WithHeapSize(64<<20))
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(float64(d.Nanoseconds())/float64(b.N), "ns/op")
+				})
+			}
+		}
 	}
 }
 
-func commBench(b *testing.B, size, window int) {
-	err := shmem.Run(2, func(pe *shmem.PE) error {
-		c, err := NewComm(pe.World())
-		if err != nil {
-			return err
-		}
-		ctx, me := context.Background(), pe.MyPE()
-		buf := make([]byte, size)
-		var reply [4]byte
-		if err := pe.BarrierAll(); err != nil {
-			return err
-		}
-		if me == 0 {
-			b.SetBytes(int64(size))
-			b.ResetTimer()
-		}
-		for i := 0; i < b.N; i++ {
-			switch {
-			case window == 0 && me == 0:
-				if err := Send(ctx, c, 1, 1, buf); err != nil {
-					return err
+// commSteps runs count ping-pongs (window 0) or count Sends in windows
+// of window, each answered by a 4-byte reply, between PE 0 and PE 1 of
+// a new Comm, and returns PE 0's time.
+func commSteps(pe *shmem.PE, size, count, window int) (time.Duration, error) {
+	c, err := NewComm(pe.World())
+	if err != nil {
+		return 0, err
+	}
+	ctx, me := context.Background(), pe.MyPE()
+	buf := make([]byte, size)
+	var reply [4]byte
+	if err := pe.BarrierAll(); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	for i := 0; i < count; i++ {
+		switch {
+		case window == 0 && me == 0:
+			if err := Send(ctx, c, 1, 1, buf); err != nil {
+				return 0, err
+			}
+			if _, err := Recv(ctx, c, 1, 1, buf); err != nil {
+				return 0, err
+			}
+		case window == 0:
+			if _, err := Recv(ctx, c, 0, 1, buf); err != nil {
+				return 0, err
+			}
+			if err := Send(ctx, c, 0, 1, buf); err != nil {
+				return 0, err
+			}
+		case me == 0:
+			if err := Send(ctx, c, 1, 2, buf); err != nil {
+				return 0, err
+			}
+			if i%window == window-1 || i == count-1 {
+				if _, err := Recv(ctx, c, 1, 3, reply[:]); err != nil {
+					return 0, err
 				}
-				if _, err := Recv(ctx, c, 1, 1, buf); err != nil {
-					return err
-				}
-			case window == 0:
-				if _, err := Recv(ctx, c, 0, 1, buf); err != nil {
-					return err
-				}
-				if err := Send(ctx, c, 0, 1, buf); err != nil {
-					return err
-				}
-			case me == 0:
-				if err := Send(ctx, c, 1, 2, buf); err != nil {
-					return err
-				}
-				if i%window == window-1 || i == b.N-1 {
-					if _, err := Recv(ctx, c, 1, 3, reply[:]); err != nil {
-						return err
-					}
-				}
-			default:
-				if _, err := Recv(ctx, c, 0, 2, buf); err != nil {
-					return err
-				}
-				if i%window == window-1 || i == b.N-1 {
-					if err := Send(ctx, c, 0, 3, reply[:]); err != nil {
-						return err
-					}
+			}
+		default:
+			if _, err := Recv(ctx, c, 0, 2, buf); err != nil {
+				return 0, err
+			}
+			if i%window == window-1 || i == count-1 {
+				if err := Send(ctx, c, 0, 3, reply[:]); err != nil {
+					return 0, err
 				}
 			}
 		}
-		if me == 0 {
-			b.StopTimer()
-		}
-		if err := pe.BarrierAll(); err != nil {
-			return err
-		}
-		return c.Close()
-	}, shmem.WithHeapSize(64<<20))
-	if err != nil {
-		b.Fatal(err)
 	}
+	d := time.Since(start)
+	if window == 0 {
+		d /= 2 // one way
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return 0, err
+	}
+	return d, c.Close()
 }

@@ -30,11 +30,20 @@ type engine struct {
 	longSpin bool              // and every peer is on this host: spin up to commSpin (remote messages need the CPU for the link's reader)
 	eagerMax int               // the eager limit, and the payload of one frag
 	cap      int               // the unexpected queue's cap, in bytes
-	pubs     []*uint64         // the pub words of the incoming lanes, when at most spinLanes
+	// What waits watch besides the doorbell (see watchLanes): nil in a
+	// Comm of more than watchLanes+1 PEs, whose messages and acks ring
+	// the doorbell (bellMsgs).
+	watch     []*uint64 // the incoming lanes' pub words, then the outgoing lanes' ack words
+	watchIdx  []int     // their elements in the ring's words object
+	watchRecv []bool    // over the words object: the doorbell and the pub words
+	watchSend []bool    // and the ack words
+	vsPool    sync.Pool // *[]uint64 of the words object's length: a sleeping wait's comparands
+	bellMsgs  bool      // messages and acks ring their receiver's doorbell
 	closed   atomic.Bool
 
 	// guarded by the gate:
 	comms    map[uint32]*Comm  // by id: the root Comm (0) and its live sub-Comms
+	root     *Comm             // comms[0], the Comm of NewComm (set once, before any call)
 	subSeq   map[string]uint32 // sub-Comms created so far over each member list
 	batch    []Message
 	lanes    []inLane // by source world PE
@@ -115,13 +124,25 @@ func (q *request) fits(ent *entry) error {
 	return nil
 }
 
+// commInline is the inline limit of a Comm's lanes: their slots are one
+// cache line (of at least 64 bytes), so an eager message of up to
+// commInline-hdrEager payload bytes (24 with 64-byte lines) is one line
+// to write and one to read, header, payload and tail; a longer one goes
+// through the slot's bulk area. (With the ring's InlineMax, 1 KiB, a
+// slot is 17 lines: an 8-byte message's tail lies 1 KiB from its head,
+// a second line on both sides.)
+func commInline(line int) int {
+	return (64+line-1)&^(line-1) - slotFixed
+}
+
 func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 	info := pe.Info()
 	n, me := pe.NPEs(), pe.MyPE()
 	frag := EagerMax
 	if n > 1 {
 		// The lanes into a PE may take half its heap: (n-1) lanes of
-		// commDepth slots (at most 1088 bytes) and bulk areas.
+		// commDepth slots and bulk areas (the slots counted at 2 KiB,
+		// far more than their cache line or two).
 		per := int(info.HeapSize/2)/((n-1)*commDepth) - 2*InlineMax - hdrLong
 		frag = min(EagerMax, per&^(minFrag-1))
 		if frag < minFrag {
@@ -137,7 +158,12 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 			}
 		}
 	}
-	r, err := newRingBell(pe, lanes, Safe, InlineMax, true)
+	bellMsgs := n-1 > watchLanes
+	rule := bellNever
+	if bellMsgs {
+		rule = bellAlways
+	}
+	r, err := newRingBell(pe, lanes, Safe, commInline(info.CacheLine), rule)
 	if err != nil {
 		return nil, fmt.Errorf("ring: NewComm: %w", err)
 	}
@@ -151,17 +177,29 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 	e := &engine{pe: pe, me: me, npes: n, r: r, bell: r.bell, bellWord: r.bellWord, rdv: rdv, rdvLocal: rdv.Local(),
 		spin: !info.Oversubscribed, eagerMax: frag, cap: queueCap,
 		comms: map[uint32]*Comm{}, subSeq: map[string]uint32{}, lanes: make([]inLane, n), rdvIn: map[rdvKey]*entry{},
-		batch: make([]Message, 0, 64)}
+		batch: make([]Message, 0, 64), bellMsgs: bellMsgs}
 	e.longSpin = e.spin
 	for p := range n {
 		if !pe.SameHost(p) {
 			e.longSpin = false
 		}
 	}
-	if len(r.in) <= spinLanes {
+	if !bellMsgs {
+		words := r.words.Local()
+		idx := func(w shmem.Sym[uint64]) int { return int((w.Offset() - r.words.Offset()) / 8) }
 		for _, l := range r.in {
-			e.pubs = append(e.pubs, l.pubWord)
+			e.watch, e.watchIdx = append(e.watch, l.pubWord), append(e.watchIdx, idx(l.pub))
 		}
+		for _, l := range r.out {
+			e.watch, e.watchIdx = append(e.watch, l.ackWord), append(e.watchIdx, idx(l.ack))
+		}
+		e.watchRecv, e.watchSend = make([]bool, len(words)), make([]bool, len(words))
+		e.watchRecv[0], e.watchSend[0] = true, true
+		for i, k := range e.watchIdx {
+			e.watchRecv[k] = i < len(r.in)
+			e.watchSend[k] = true
+		}
+		e.vsPool.New = func() any { vs := make([]uint64, len(words)); return &vs }
 	}
 	for s := rdvSlots - 1; s >= 0; s-- {
 		e.slotFree = append(e.slotFree, uint32(s))
@@ -202,6 +240,20 @@ func (e *engine) exit() {
 	e.pe.Exit()
 }
 
+// hold keeps the PE's memory mapped (shmem's PE.Enter) without the
+// gate's mutex: for a send, which reads this PE's words in place (its
+// mark, the lane's ack word) but no matching state, and whose lane has a
+// mutex of its own. Pair it with e.pe.Exit.
+func (e *engine) hold() error {
+	if e.closed.Load() {
+		return e.closedErr()
+	}
+	if err := e.pe.Enter(); err != nil {
+		return fmt.Errorf("ring: Comm on PE %d: %w", e.me, err)
+	}
+	return nil
+}
+
 // lock enters the gate, which is also the mutex of the engine's
 // matching state.
 func (e *engine) lock() error { return e.enter() }
@@ -235,69 +287,132 @@ func (e *engine) finish(q *request, st Status, err error) {
 	}
 }
 
-// waiter waits on the doorbell for one call, until the bell moves, ctx
-// ends, or shmem's wait fails (peer lost, timeout, finalized).
+// waiter waits for one call until something it may be waiting for
+// moved, ctx ends, or shmem's wait fails (peer lost, timeout,
+// finalized). What moves is one of the words the engine watches (see
+// watchLanes): the doorbell, and in a Comm of at most watchLanes+1 PEs
+// the pub word of every incoming lane and the ack word of every
+// outgoing one. mark records them, holding the gate, before the call
+// looks (polls, matches, tries to send); wait returns once one differs
+// from its mark, so nothing that lands after the look is missed.
 type waiter struct {
 	stop func() bool
+	// acks: the call may wait for room on a lane (a send), so it watches
+	// the outgoing lanes' ack words too; a receive watches the doorbell
+	// and the pub words only.
+	acks bool
+	seen [1 + 2*watchLanes]uint64 // the doorbell, then e.watch's words, as marked
+	vs   *[]uint64                // the sleep's comparands over the words object (from e.vsPool)
 }
 
-func (w *waiter) wait(ctx context.Context, e *engine, seen uint64) error {
+// watched is how many of e.watch's words w watches.
+func (w *waiter) watched(e *engine) int {
+	if w.acks || e.watch == nil {
+		return len(e.watch)
+	}
+	return len(e.watch) - len(e.r.out)
+}
+
+// mark records the watched words; the caller holds the gate.
+func (w *waiter) mark(e *engine) {
+	w.seen[0] = atomic.LoadUint64(e.bellWord)
+	for i, p := range e.watch[:w.watched(e)] {
+		w.seen[1+i] = atomic.LoadUint64(p)
+	}
+}
+
+// moved reports whether a watched word differs from its mark; the caller
+// holds the gate.
+func (w *waiter) moved(e *engine) bool {
+	if atomic.LoadUint64(e.bellWord) != w.seen[0] {
+		return true
+	}
+	for i, p := range e.watch[:w.watched(e)] {
+		if atomic.LoadUint64(p) != w.seen[1+i] {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *waiter) wait(ctx context.Context, e *engine) error {
+	_, err := w.waitKeep(ctx, e, false)
+	return err
+}
+
+// waitKeep is wait that, when keep is set and its spin saw a move,
+// returns holding the gate (held), as lock leaves it: the caller looks
+// at once, without leaving and entering the gate again.
+func (w *waiter) waitKeep(ctx context.Context, e *engine, keep bool) (held bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return false, err
 	}
 	if e.closed.Load() {
-		return e.closedErr()
+		return false, e.closedErr()
 	}
 	if e.spin {
-		moved, err := e.spinFor(seen)
+		moved, err := e.spinFor(w, keep)
 		if err != nil || moved {
-			return err
+			return moved && keep && err == nil, err
 		}
 	}
 	if w.stop == nil && ctx.Done() != nil {
 		w.stop = context.AfterFunc(ctx, e.kickSelf)
 		if err := ctx.Err(); err != nil {
-			return err
+			return false, err
 		}
 	}
-	if err := shmem.WaitUntil(e.bell, 0, shmem.CmpNE, seen); err != nil {
-		return fmt.Errorf("ring: Comm on PE %d: %w", e.me, err)
+	if e.watch == nil {
+		err = shmem.WaitUntil(e.bell, 0, shmem.CmpNE, w.seen[0])
+	} else {
+		// One wait on the whole words object: a write to any watched
+		// word (a pub word's signal, an ack's add, the doorbell's add)
+		// ends it.
+		if w.vs == nil {
+			w.vs = e.vsPool.Get().(*[]uint64)
+		}
+		vs := *w.vs
+		vs[0] = w.seen[0]
+		for i, k := range e.watchIdx[:w.watched(e)] {
+			vs[k] = w.seen[1+i]
+		}
+		mask := e.watchRecv
+		if w.acks {
+			mask = e.watchSend
+		}
+		_, err = shmem.WaitUntilAnyVector(e.r.words, mask, shmem.CmpNE, vs)
 	}
-	return nil
+	if err != nil {
+		return false, fmt.Errorf("ring: Comm on PE %d: %w", e.me, err)
+	}
+	return false, nil
 }
 
-func (w *waiter) done() {
+func (w *waiter) done(e *engine) {
 	if w.stop != nil {
 		w.stop()
 	}
+	if w.vs != nil {
+		e.vsPool.Put(w.vs)
+		w.vs = nil
+	}
 }
 
-// spinFor loads the doorbell for up to about commSpin until it is not seen,
-// and meanwhile the pub words of up to spinLanes incoming lanes: a
-// message is published there one step before its doorbell rings, so a
-// ping-pong sees it one cache-line transfer sooner. It holds the gate
-// for recvSpin loads at a time, so that the PE's other goroutines get
-// their turns while it spins.
-func (e *engine) spinFor(seen uint64) (bool, error) {
-	var snap [spinLanes]uint64
+// spinFor loads the watched words for up to about commSpin until one
+// moved from w's mark. It holds the gate for recvSpin loads at a time,
+// so that the PE's other goroutines get their turns while it spins; with
+// keep, it returns still holding it when it saw a move.
+func (e *engine) spinFor(w *waiter, keep bool) (bool, error) {
 	var start time.Time
-	for chunk := 0; ; chunk++ {
+	for {
 		if err := e.enter(); err != nil {
 			return false, err
 		}
-		pubs := e.pubs
-		if chunk == 0 {
-			for i, p := range pubs {
-				snap[i] = atomic.LoadUint64(p)
-			}
-		}
 		for range recvSpin {
-			moved := atomic.LoadUint64(e.bellWord) != seen
-			for i, p := range pubs {
-				moved = moved || atomic.LoadUint64(p) != snap[i]
-			}
-			if moved {
-				e.exit()
+			if w.moved(e) {
+				if !keep {
+					e.exit()
+				}
 				return true, nil
 			}
 		}
@@ -321,8 +436,16 @@ func (e *engine) spinFor(seen uint64) (bool, error) {
 // to deliver the message.
 const commSpin = 20 * time.Microsecond
 
-// spinLanes is how many incoming lanes' pub words a spin watches.
-const spinLanes = 8
+// watchLanes is how many incoming (and outgoing) lanes a Comm's waits
+// watch themselves. In a Comm of at most watchLanes+1 PEs a wait
+// watches every incoming lane's pub word (which a message's PutSignal
+// sets) and every outgoing lane's ack word (which the receiver's Ack
+// adds to) besides the doorbell, so neither a message nor an ack rings
+// the doorbell: each costs its own write alone (one cache-line transfer
+// over shared memory, one frame over TCP). In a larger Comm a wait
+// would load too many words per look: there every message and every
+// ack also rings the receiver's doorbell, the one word a wait watches.
+const watchLanes = 8
 
 // ctxErr wraps ctx's error for a call.
 func ctxErr(what string, err error) error {
@@ -361,7 +484,7 @@ func (e *engine) progress() error {
 	if e.enough() {
 		return first
 	}
-	batch, err := e.r.PollAppend(e.batch[:0])
+	batch, err := e.r.pollEntered(e.batch[:0])
 	for _, m := range batch {
 		l := &e.lanes[m.Origin]
 		if len(l.backlog) > 0 || e.enough() {
@@ -413,6 +536,9 @@ func (e *engine) processed(src int, seq uint64) error {
 	if err := e.r.Ack(src, l.done); err != nil {
 		return err
 	}
+	if !e.bellMsgs {
+		return nil // the sender's waits watch its ack word
+	}
 	return e.ringBell(src)
 }
 
@@ -423,7 +549,10 @@ func (e *engine) handle(src int, m Message) (bool, error) {
 	if err != nil {
 		return true, fmt.Errorf("ring: Comm on PE %d: message %d from PE %d: %w", e.me, m.Seq, src, err)
 	}
-	c := e.comms[h.comm]
+	c := e.root
+	if h.comm != 0 || c == nil {
+		c = e.comms[h.comm]
+	}
 	if c == nil {
 		// A sub-Comm closed here with messages still on their way
 		// (Close drops what was not received).
@@ -788,12 +917,14 @@ func (e *engine) recv(ctx context.Context, c *Comm, r request) (Status, error) {
 		what = "Probe"
 	}
 	var w waiter
-	defer w.done()
-	for {
-		if err := e.lock(); err != nil {
-			return Status{}, ctxErr(what, err)
+	defer w.done(e)
+	for held := false; ; {
+		if !held {
+			if err := e.lock(); err != nil {
+				return Status{}, ctxErr(what, err)
+			}
 		}
-		seen := atomic.LoadUint64(e.bellWord)
+		w.mark(e)
 		e.cur = q
 		// Look in the queue, and post the receive if it is not there,
 		// before taking what arrived: an arrival that matches then goes
@@ -829,7 +960,7 @@ func (e *engine) recv(ctx context.Context, c *Comm, r request) (Status, error) {
 			return Status{}, ctxErr(what, err)
 		}
 		e.unlock()
-		if err := w.wait(ctx, e, seen); err != nil {
+		if held, err = w.waitKeep(ctx, e, true); err != nil {
 			if lerr := e.lock(); lerr != nil {
 				return Status{}, ctxErr(what, err)
 			}
@@ -875,10 +1006,10 @@ func (e *engine) trySend(c *Comm, to, tag int, kind uint8, data []byte) (bool, e
 	}
 	var h [hdrEager]byte
 	putEager(h[:], kind, c.id, tag)
-	if err := e.enter(); err != nil {
+	if err := e.hold(); err != nil {
 		return false, err
 	}
-	defer e.exit()
+	defer e.pe.Exit()
 	_, sent, err := e.r.outTo[dst].sendv(e.r, h[:], data, false)
 	return sent, err
 }
@@ -911,15 +1042,22 @@ func (e *engine) sendSelf(c *Comm, tag int, kind uint8, data []byte) error {
 // two PEs that fill each other's lanes do not wait for each other.
 func (e *engine) sendOn(ctx context.Context, w *waiter, dst int, hdr, data []byte) error {
 	l := e.r.outTo[dst]
-	for {
-		if err := e.enter(); err != nil {
+	// The first try needs no mark: only one that finds no room waits,
+	// and it tries again after marking.
+	for marked := false; ; marked = true {
+		if err := e.hold(); err != nil {
 			return err
 		}
-		seen := atomic.LoadUint64(e.bellWord)
+		if marked {
+			w.mark(e)
+		}
 		_, sent, err := l.sendv(e.r, hdr, data, false)
-		e.exit()
-		if err != nil || sent {
-			return err
+		e.pe.Exit()
+		if err != nil || sent || !marked {
+			if err != nil || sent {
+				return err
+			}
+			continue
 		}
 		if err := e.lock(); err != nil {
 			return err
@@ -929,7 +1067,7 @@ func (e *engine) sendOn(ctx context.Context, w *waiter, dst int, hdr, data []byt
 		if err != nil {
 			return err
 		}
-		if err := w.wait(ctx, e, seen); err != nil {
+		if err := w.wait(ctx, e); err != nil {
 			return err
 		}
 	}
@@ -938,8 +1076,8 @@ func (e *engine) sendOn(ctx context.Context, w *waiter, dst int, hdr, data []byt
 func (e *engine) sendEager(ctx context.Context, c *Comm, dst, tag int, kind uint8, data []byte) error {
 	var h [hdrEager]byte
 	putEager(h[:], kind, c.id, tag)
-	var w waiter
-	defer w.done()
+	w := waiter{acks: true}
+	defer w.done(e)
 	if err := e.sendOn(ctx, &w, dst, h[:], data); err != nil {
 		return ctxErr("Send", err)
 	}
@@ -953,7 +1091,7 @@ func (e *engine) takeSlot(ctx context.Context, w *waiter) (uint32, uint32, error
 		if err := e.lock(); err != nil {
 			return 0, 0, err
 		}
-		seen := atomic.LoadUint64(e.bellWord)
+		w.mark(e)
 		if n := len(e.slotFree); n > 0 {
 			s := e.slotFree[n-1]
 			e.slotFree = e.slotFree[:n-1]
@@ -965,7 +1103,7 @@ func (e *engine) takeSlot(ctx context.Context, w *waiter) (uint32, uint32, error
 		err := e.progress()
 		e.unlock()
 		if err == nil {
-			err = w.wait(ctx, e, seen)
+			err = w.wait(ctx, e)
 		}
 		if err != nil {
 			return 0, 0, err
@@ -990,8 +1128,8 @@ func (e *engine) releaseSlot(s uint32) {
 // ctx ending first moves the word to cancelled, after which receivers
 // drop the message.
 func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8, data []byte) (err error) {
-	var w waiter
-	defer w.done()
+	w := waiter{acks: true}
+	defer w.done(e)
 	slot, gen, err := e.takeSlot(ctx, &w)
 	if err != nil {
 		return ctxErr("Send", err)
@@ -1014,7 +1152,7 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 		if err := e.enter(); err != nil {
 			return ctxErr("Send", err)
 		}
-		seen := atomic.LoadUint64(e.bellWord)
+		w.mark(e)
 		v := atomic.LoadUint64(word)
 		g, epoch, st := rdvSplit(v)
 		if g != gen || (st != rdvPending && st != rdvMatched) {
@@ -1065,7 +1203,7 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 			}
 		}
 		if werr == nil {
-			if werr = w.wait(ctx, e, seen); werr == nil {
+			if werr = w.wait(ctx, e); werr == nil {
 				continue
 			}
 		}
@@ -1081,9 +1219,9 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 		if st == rdvMatched {
 			// A receive is taking it: tell it, after the frags sent.
 			putLong(h[:], msgAbort, kind, c.id, 0, slot, 0, gen, epoch)
-			var aw waiter
+			aw := waiter{acks: true}
 			err := e.sendOn(context.Background(), &aw, dst, h[:], nil)
-			aw.done()
+			aw.done(e)
 			if err != nil {
 				return ctxErr("Send", fmt.Errorf("%w (and telling the receiver: %v)", werr, err))
 			}

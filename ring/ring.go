@@ -101,13 +101,26 @@ func New(pe *shmem.PE, lanes []Lane, mode Mode) (*Ring, error) {
 // newRing is New with the inline limit as a parameter, for tests and
 // benchmarks that move the crossover. It is part of the agreement.
 func newRing(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int) (*Ring, error) {
-	return newRingBell(pe, lanes, mode, inlineMax, false)
+	return newRingBell(pe, lanes, mode, inlineMax, bellShared)
 }
 
-// newRingBell is newRing where bell, when set, makes every sender ring
-// the receiver's doorbell after each message whatever the receiver's
-// number of incoming lanes (Comm sleeps on the doorbell alone).
-func newRingBell(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int, bell bool) (*Ring, error) {
+// bellRule says which messages ring their receiver's doorbell.
+type bellRule uint8
+
+const (
+	// bellShared: every message to a PE with more than one incoming
+	// lane (Recv there sleeps on the doorbell, else on the pub word).
+	bellShared bellRule = iota
+	// bellAlways: every message (a Comm whose waits watch the doorbell
+	// alone: one of more PEs than a wait watches lanes, watchLanes).
+	bellAlways
+	// bellNever: no message (a Comm whose waits watch every incoming
+	// lane's pub word themselves). Such a ring is never Recv'd.
+	bellNever
+)
+
+// newRingBell is newRing with the doorbell rule as a parameter.
+func newRingBell(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int, bell bellRule) (*Ring, error) {
 	if pe == nil {
 		return nil, fmt.Errorf("ring: New on a nil PE: %w", shmem.ErrInvalid)
 	}
@@ -149,7 +162,7 @@ func newRingBell(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int, bell bool
 			s := &sendLane{lane: l, depth: uint64(l.Depth), lay: ll, data: data,
 				pub: words.Slice(ll.pubIdx, ll.pubIdx+1), bell: r.bell,
 				ack: words.Slice(ll.ackIdx, ll.ackIdx+1), ackWord: &wl[ll.ackIdx],
-				ringBell: bell || ll.inLanes > 1, next: 1, stage: make([]byte, ll.slotSize)}
+				ringBell: bell == bellAlways || (bell == bellShared && ll.inLanes > 1), next: 1, stage: make([]byte, ll.slotSize)}
 			r.out = append(r.out, s)
 			r.outTo[l.To] = s
 		case l.To:
@@ -163,7 +176,7 @@ func newRingBell(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int, bell bool
 			r.inFr[l.From] = rl
 		}
 	}
-	r.useBell = bell || len(r.in) > 1
+	r.useBell = bell == bellAlways || len(r.in) > 1
 	return r, nil
 }
 
@@ -229,6 +242,12 @@ func (r *Ring) PollAppend(dst []Message) ([]Message, error) {
 		return dst, err
 	}
 	defer r.pe.Exit()
+	return r.pollEntered(dst)
+}
+
+// pollEntered is PollAppend for a caller that holds the PE entered (a
+// Comm's gate) and knows the ring open.
+func (r *Ring) pollEntered(dst []Message) ([]Message, error) {
 	r.rmu.Lock()
 	defer r.rmu.Unlock()
 	for _, l := range r.in {
