@@ -39,7 +39,7 @@ type engine struct {
 	watchSend []bool    // and the ack words
 	vsPool    sync.Pool // *[]uint64 of the words object's length: a sleeping wait's comparands
 	bellMsgs  bool      // messages and acks ring their receiver's doorbell
-	closed   atomic.Bool
+	closed    atomic.Bool
 
 	// guarded by the gate:
 	comms    map[uint32]*Comm  // by id: the root Comm (0) and its live sub-Comms
