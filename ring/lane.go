@@ -69,29 +69,14 @@ func (l *sendLane) sendv(r *Ring, hdr, data []byte, wait bool) (seq uint64, sent
 		}
 	}
 	k := slotOf(seq, l.depth)
-	used := offPayload + bulkInline
 	if n > l.lay.inline {
-		if err := l.putBulk(r, k, seq, hdr, data); err != nil {
-			return 0, false, err
-		}
+		err = l.putBulk(r, k, seq, hdr, data)
 	} else {
 		encodeSlot2(l.stage, seq, hdr, data)
-		used = offPayload + n
+		err = l.putSlot(k, seq, offPayload+n, true)
 	}
-	// The slot image's head (header and inline bytes), or the whole slot,
-	// with one put whose signal publishes seq in the lane's pub word,
-	// after the data (PutSignal orders them); before it, when the head
-	// leaves much padding, the tail alone (slotPut).
-	slot := l.slot(k)
-	head, tail := slotPut(l.lay.slotSize, used)
-	if tail {
-		t := l.lay.slotSize - tailSize
-		if err := shmem.Put(slot.Slice(t, l.lay.slotSize), l.stage[t:], l.lane.To); err != nil {
-			return 0, false, fmt.Errorf("ring: Send of message %d on lane %d→%d: %w", seq, l.lane.From, l.lane.To, err)
-		}
-	}
-	if err := shmem.PutSignal(slot.Slice(0, head), l.stage[:head], l.pub, seq, shmem.SignalSet, l.lane.To); err != nil {
-		return 0, false, fmt.Errorf("ring: Send of message %d on lane %d→%d: %w", seq, l.lane.From, l.lane.To, err)
+	if err != nil {
+		return 0, false, fmt.Errorf("ring: Send of message %d (%d bytes) on lane %d→%d: %w", seq, n, l.lane.From, l.lane.To, err)
 	}
 	if l.ringBell {
 		// AtomicAdd asks for no reply: over TCP it travels in order on
@@ -102,6 +87,26 @@ func (l *sendLane) sendv(r *Ring, hdr, data []byte, wait bool) (seq uint64, sent
 	}
 	l.next++
 	return seq, true, nil
+}
+
+// putSlot puts the slot image in the staging slot, whose header and
+// inline bytes are its first used bytes, into slot k in To's heap: the
+// head (or the whole slot), after the tail alone when slotPut says so.
+// With signal, the head's put is a PutSignal that publishes seq in the
+// lane's pub word, after the data (PutSignal orders them).
+func (l *sendLane) putSlot(k int, seq uint64, used int, signal bool) error {
+	slot := l.slot(k)
+	head, tail := slotPut(l.lay.slotSize, used)
+	if tail {
+		t := l.lay.slotSize - tailSize
+		if err := shmem.Put(slot.Slice(t, l.lay.slotSize), l.stage[t:], l.lane.To); err != nil {
+			return err
+		}
+	}
+	if signal {
+		return shmem.PutSignal(slot.Slice(0, head), l.stage[:head], l.pub, seq, shmem.SignalSet, l.lane.To)
+	}
+	return shmem.Put(slot.Slice(0, head), l.stage[:head], l.lane.To)
 }
 
 // splitMin is the least padding between a slot image's head and its

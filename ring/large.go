@@ -23,28 +23,46 @@ import (
 // bulk lane's slots at 1088 bytes.
 const InlineMax = 1 << 10
 
-// putBulk puts a bulk message's payload (hdr, then data) into bulk area k in To's heap
-// and builds message seq's slot image in the staging slot. In Raw mode
-// the slot carries the payload's CRC32C, which tells the receiver
-// whether its copy of the area was overwritten meanwhile.
+// putBulk sends bulk message seq, hdr then data, through bulk area k in
+// To's heap: first the slot image (with the bulk flag and the length,
+// and in Raw mode the payload's CRC32C, which tells the receiver whether
+// its copy of the area was overwritten meanwhile), then the payload,
+// straight from the caller's slices, its last piece with the PutSignal
+// that publishes seq. The receiver reads nothing before the signal, so
+// the slot may go first; over TCP the slot, the header and the signal's
+// frame then leave with the payload in one write.
 func (l *sendLane) putBulk(r *Ring, k int, seq uint64, hdr, data []byte) error {
 	off := l.lay.bulkOff + k*l.lay.bulkSize
 	n := len(hdr) + len(data)
-	for i, part := range [2][]byte{hdr, data} {
-		if len(part) == 0 {
-			continue
-		}
-		at := off + i*len(hdr)
-		if err := shmem.Put(l.data.Slice(at, at+len(part)), part, l.lane.To); err != nil {
-			return fmt.Errorf("ring: Send of %d bytes on lane %d→%d (bulk area %d): %w",
-				n, l.lane.From, l.lane.To, k, err)
-		}
-	}
 	var sum uint32
 	if r.mode == Raw {
 		sum = crc32.Update(crc32.Checksum(hdr, castagnoli), castagnoli, data)
 	}
 	encodeBulkSlot(l.stage, seq, n, sum)
+	if err := l.putSlot(k, seq, offPayload+bulkInline, false); err != nil {
+		return err
+	}
+	parts := [2][]byte{hdr, data}
+	last := 1
+	if len(data) == 0 {
+		last = 0
+	}
+	for i, part := range parts[:last+1] {
+		if len(part) == 0 {
+			continue
+		}
+		at := off + i*len(hdr)
+		dst := l.data.Slice(at, at+len(part))
+		var err error
+		if i == last {
+			err = shmem.PutSignal(dst, part, l.pub, seq, shmem.SignalSet, l.lane.To)
+		} else {
+			err = shmem.Put(dst, part, l.lane.To)
+		}
+		if err != nil {
+			return fmt.Errorf("bulk area %d: %w", k, err)
+		}
+	}
 	return nil
 }
 
