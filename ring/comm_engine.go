@@ -12,8 +12,8 @@ import (
 )
 
 // engine is one PE's side of a Comm: a Safe ring with a lane between
-// every ordered pair of PEs (every sender rings the receiver's doorbell),
-// the rendezvous state words, and the matching state. Every field below
+// every ordered pair of PEs (whose messages ring no doorbell in a Comm
+// of up to watchLanes+1 PEs), the rendezvous state words, and the matching state. Every field below
 // "guarded" is guarded by the gate (mu, taken with the PE held mapped:
 // see enter); a call holds it only while it moves messages, never while
 // it waits.
@@ -524,8 +524,8 @@ func (e *engine) enough() bool {
 }
 
 // processed records that message seq from src is taken care of and
-// acknowledges every commAckBatch of them (ringing the sender's doorbell, in
-// case it waits for room).
+// acknowledges every commAckBatch of them (and beyond watchLanes+1 PEs
+// rings the sender's doorbell, in case it waits for room).
 func (e *engine) processed(src int, seq uint64) error {
 	l := &e.lanes[src]
 	l.done = seq
