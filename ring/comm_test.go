@@ -296,10 +296,12 @@ var _ = register("comm-shift", func(pe *shmem.PE) error {
 	return closeComm(pe, c)
 })
 
+// TestCommShift: up to 9 PEs a Comm's waits watch the lanes' words; on
+// 10 its messages and acks ring doorbells instead (watchLanes).
 func TestCommShift(t *testing.T) {
-	counts := []int{1, 2, 3, 5, 8}
+	counts := []int{1, 2, 3, 5, 8, 10}
 	if small {
-		counts = []int{1, 2, 3, 4}
+		counts = []int{1, 2, 3, 4, 10}
 	}
 	each(t, "comm-shift", counts...)
 }
