@@ -9,7 +9,8 @@ import (
 	"github.com/goshmem/goshmem/shmem"
 )
 
-// BenchmarkComm: ping-pong (one-way ns) and osu_bw-style windows between
+// BenchmarkComm: ping-pong (one-way ns) and osu_bw-style windows (from
+// PE 0 to PE 1, and rwindow from PE 1 to PE 0) between
 // two goroutine PEs, and between two processes (PE 1 is this test binary
 // re-executed, as BenchmarkLane's processes; -cpuprofile then profiles
 // PE 0); goshbench's comm suites are the reported figures
@@ -17,10 +18,13 @@ import (
 func BenchmarkComm(b *testing.B) {
 	for _, route := range []string{"goroutines", "processes"} {
 		for _, size := range []int{8, 64 << 10, 1 << 20} {
-			for _, window := range []int{0, 64} {
+			for _, window := range []int{0, 64, -64} {
 				name := fmt.Sprintf("%s/pingpong/%d", route, size)
 				if window > 0 {
 					name = fmt.Sprintf("%s/window/%d", route, size)
+				}
+				if window < 0 {
+					name = fmt.Sprintf("%s/rwindow/%d", route, size)
 				}
 				b.Run(name, func(b *testing.B) {
 					b.SetBytes(int64(size))
@@ -56,6 +60,10 @@ func commSteps(pe *shmem.PE, size, count, window int) (time.Duration, error) {
 		return 0, err
 	}
 	ctx, me := context.Background(), pe.MyPE()
+	peer := 1 - me
+	if window < 0 {
+		window, me = -window, 1-me // PE 1 sends, PE 0 (profiled) receives
+	}
 	buf := make([]byte, size)
 	var reply [4]byte
 	if err := pe.BarrierAll(); err != nil {
@@ -65,34 +73,34 @@ func commSteps(pe *shmem.PE, size, count, window int) (time.Duration, error) {
 	for i := 0; i < count; i++ {
 		switch {
 		case window == 0 && me == 0:
-			if err := Send(ctx, c, 1, 1, buf); err != nil {
+			if err := Send(ctx, c, peer, 1, buf); err != nil {
 				return 0, err
 			}
-			if _, err := Recv(ctx, c, 1, 1, buf); err != nil {
+			if _, err := Recv(ctx, c, peer, 1, buf); err != nil {
 				return 0, err
 			}
 		case window == 0:
-			if _, err := Recv(ctx, c, 0, 1, buf); err != nil {
+			if _, err := Recv(ctx, c, peer, 1, buf); err != nil {
 				return 0, err
 			}
-			if err := Send(ctx, c, 0, 1, buf); err != nil {
+			if err := Send(ctx, c, peer, 1, buf); err != nil {
 				return 0, err
 			}
 		case me == 0:
-			if err := Send(ctx, c, 1, 2, buf); err != nil {
+			if err := Send(ctx, c, peer, 2, buf); err != nil {
 				return 0, err
 			}
 			if i%window == window-1 || i == count-1 {
-				if _, err := Recv(ctx, c, 1, 3, reply[:]); err != nil {
+				if _, err := Recv(ctx, c, peer, 3, reply[:]); err != nil {
 					return 0, err
 				}
 			}
 		default:
-			if _, err := Recv(ctx, c, 0, 2, buf); err != nil {
+			if _, err := Recv(ctx, c, peer, 2, buf); err != nil {
 				return 0, err
 			}
 			if i%window == window-1 || i == count-1 {
-				if err := Send(ctx, c, 0, 3, reply[:]); err != nil {
+				if err := Send(ctx, c, peer, 3, reply[:]); err != nil {
 					return 0, err
 				}
 			}
