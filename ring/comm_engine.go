@@ -59,9 +59,13 @@ type engine struct {
 
 // inLane is the receiving state of the lane from one source.
 type inLane struct {
-	backlog []Message // polled but not processed (the queue was at its cap); they alias the heap
-	done    uint64    // every message up to done is processed
-	acked   uint64    // acknowledged up to
+	// backlog[head:] are polled but not processed (the queue was at its
+	// cap, or the receive that polled them had its message); they alias
+	// the heap. The slice is reused, not reallocated.
+	backlog []Message
+	head    int
+	done    uint64 // every message up to done is processed
+	acked   uint64 // acknowledged up to
 }
 
 type rdvKey struct {
@@ -466,19 +470,20 @@ func (e *engine) progress() error {
 	e.capped = false
 	for src := range e.lanes {
 		l := &e.lanes[src]
-		for len(l.backlog) > 0 && !e.enough() {
-			m := l.backlog[0]
+		for l.held() && !e.enough() {
+			m := l.backlog[l.head]
 			ok, err := e.handle(src, m)
 			note(err)
 			if !ok {
 				e.capped = true
 				break
 			}
-			l.backlog = l.backlog[1:]
+			l.backlog[l.head] = Message{}
+			l.head++
 			note(e.processed(src, m.Seq))
 		}
-		if len(l.backlog) == 0 {
-			l.backlog = nil
+		if !l.held() {
+			l.backlog, l.head = l.backlog[:0], 0
 		}
 	}
 	if e.enough() {
@@ -487,7 +492,7 @@ func (e *engine) progress() error {
 	batch, err := e.r.pollEntered(e.batch[:0])
 	for _, m := range batch {
 		l := &e.lanes[m.Origin]
-		if len(l.backlog) > 0 || e.enough() {
+		if l.held() || e.enough() {
 			// Behind a held message, or the caller's receive is done:
 			// it stays in its lane (unacknowledged) for the next
 			// receive, which then takes it without the queue's copy.
@@ -509,11 +514,17 @@ func (e *engine) progress() error {
 	return first
 }
 
+// held reports whether the lane has polled messages not yet processed.
+func (l *inLane) held() bool { return l.head < len(l.backlog) }
+
 // enough: the goroutine that progresses has what it came for and no other
 // receive waits, so the messages still to take can stay where they are.
 func (e *engine) enough() bool {
 	if e.cur == nil || !e.cur.done {
 		return false
+	}
+	if c := e.root; c != nil && len(e.comms) == 1 {
+		return len(c.posted) == 0 // no sub-Comm: no map to walk
 	}
 	for _, c := range e.comms {
 		if len(c.posted) > 0 {
@@ -893,7 +904,7 @@ func (c *Comm) stuck(q *request) bool {
 		return false
 	}
 	for src, l := range c.e.lanes {
-		if len(l.backlog) > 0 && (q.from == AnySource || c.world[q.from] == src) {
+		if l.held() && (q.from == AnySource || c.world[q.from] == src) {
 			return true
 		}
 	}
