@@ -544,7 +544,7 @@ func (e *engine) processed(src int, seq uint64) error {
 		return nil
 	}
 	l.acked = l.done
-	if err := e.r.Ack(src, l.done); err != nil {
+	if err := e.r.ackLocked(src, l.done); err != nil {
 		return err
 	}
 	if !e.bellMsgs {

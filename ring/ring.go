@@ -242,14 +242,15 @@ func (r *Ring) PollAppend(dst []Message) ([]Message, error) {
 		return dst, err
 	}
 	defer r.pe.Exit()
+	r.rmu.Lock()
+	defer r.rmu.Unlock()
 	return r.pollEntered(dst)
 }
 
-// pollEntered is PollAppend for a caller that holds the PE entered (a
-// Comm's gate) and knows the ring open.
+// pollEntered is PollAppend for a caller that holds the PE entered and
+// rmu, or that serializes every receive-side call itself (a Comm's gate,
+// which is also the only user of its ring), and knows the ring open.
 func (r *Ring) pollEntered(dst []Message) ([]Message, error) {
-	r.rmu.Lock()
-	defer r.rmu.Unlock()
 	for _, l := range r.in {
 		var err error
 		if dst, err = l.poll(r, dst, int(l.depth)); err != nil {
@@ -363,9 +364,15 @@ func (r *Ring) Ack(from int, seq uint64) error {
 	if uint(from) >= uint(len(r.inFr)) || r.inFr[from] == nil {
 		return fmt.Errorf("ring: Ack on PE %d of PE %d's messages: there is no such lane: %w", r.pe.MyPE(), from, shmem.ErrInvalid)
 	}
-	l := r.inFr[from]
 	r.rmu.Lock()
 	defer r.rmu.Unlock()
+	return r.ackLocked(from, seq)
+}
+
+// ackLocked is Ack for a caller that holds rmu, or that serializes every
+// receive-side call itself (a Comm's gate), and has checked from.
+func (r *Ring) ackLocked(from int, seq uint64) error {
+	l := r.inFr[from]
 	if seq > l.given {
 		return fmt.Errorf("ring: Ack of message %d on lane %d→%d, but only %d were received: %w",
 			seq, l.lane.From, l.lane.To, l.given, shmem.ErrInvalid)
