@@ -178,6 +178,7 @@ func (ch *Channel) Close() error {
 // wait (bounded) for the peer's answer, which retires the stream
 // (streamEnded), then close the socket.
 func (st *stream) close() {
+	st.closing.Store(true)
 	deadline := time.Now().Add(goodbyeWait)
 	st.q.last(appendGoodbye(nil), deadline)
 	if st.started.Load() {

@@ -354,3 +354,36 @@ func TestChannelStreamHeartbeats(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A link-wide Flush (a PE's Quiet) that looked at a channel stream just
+// before the stream's last channel closed it (so it saw the channel's put
+// outstanding, and then finds the stream shut) does not fail: that Close
+// flushed the stream before it said goodbye.
+func TestLinkFlushBesideChannelClose(t *testing.T) {
+	pes := newJob(t, 2, 1<<16, "127.0.0.1", nil)
+	l := link(t, pes, 0, 1)
+	ch, err := l.OpenChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PutNBI(8, []byte{1, 2, 3, 4, 5, 6, 7, 8}); err != nil {
+		t.Fatal(err)
+	}
+	st := ch.sts[0]
+	if err := ch.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The link-wide Flush's view from before the Close: the stream in its
+	// list, and the put not yet flushed.
+	st.q.flushed.Store(0)
+	if err := l.flush([]*stream{st}); err != nil {
+		t.Fatalf("link flush of a stream its channel's Close ended: %v", err)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
+	}
+	pes[1].sync()
+	if pes[1].mem[8] != 1 {
+		t.Fatal("the closed channel's put was not applied")
+	}
+}

@@ -641,6 +641,9 @@ func (l *Link) flush(sts []*stream) error {
 		c.kind = typeFlush
 		c.on(st)
 		if err := l.request(c, func(b []byte) []byte { return appendFlush(b, c.id) }, true); err != nil {
+			if st.closing.Load() && l.Err() == nil {
+				continue // see below
+			}
 			first = err
 			break
 		}
@@ -653,6 +656,12 @@ func (l *Link) flush(sts []*stream) error {
 		}
 		err := l.wait(c)
 		putCall(c)
+		if err != nil && sts[i].closing.Load() && l.Err() == nil {
+			// A channel stream that its last channel's Close ended while
+			// this (link-wide) Flush ran: that Close flushed it first, so
+			// what was queued on it before this Flush is complete.
+			continue
+		}
 		if err != nil {
 			if first == nil {
 				first = l.waitErr(err, "flush", 0, 0)
@@ -771,6 +780,7 @@ type stream struct {
 	// link's own streams); dialled says this side opened it.
 	chanSlot int
 	dialled  bool
+	closing  atomic.Bool // this side's Channel.Close is ending it (after a flush)
 
 	// Read state, owned by whoever holds the read token (lead.go).
 	buf     []byte
