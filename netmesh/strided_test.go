@@ -39,7 +39,10 @@ func TestPutBlocksBatches(t *testing.T) {
 
 // A small blocking Put waits in the batch for company: with a Flush after
 // it, both leave in one write; alone, it still arrives, within corkDelay,
-// with no other call to carry it.
+// with no other call to carry it. For the first part the wait is
+// stretched to an hour, so that a test goroutine descheduled for longer
+// than corkDelay between Put and Flush (under load, -race) cannot split
+// them.
 func TestPutCork(t *testing.T) {
 	pes := newJob(t, 2, 1<<16, "127.0.0.1", func(c *Config) { c.Heartbeat = time.Hour })
 	l := link(t, pes, 0, 1)
@@ -49,6 +52,12 @@ func TestPutCork(t *testing.T) {
 		defer q.mu.Unlock()
 		return q.taken
 	}
+	setCork := func(d time.Duration) {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.cork = d
+	}
+	setCork(time.Hour)
 	before := batches()
 	if err := l.Put(0, []byte("12345678")); err != nil {
 		t.Fatal(err)
@@ -59,6 +68,7 @@ func TestPutCork(t *testing.T) {
 	if n := batches() - before; n != 1 {
 		t.Errorf("Put + Flush took %d writes, want 1", n)
 	}
+	setCork(corkDelay)
 	p := pes[1]
 	base := p.applied.Load()
 	if err := l.Put(8, []byte("abcdefgh")); err != nil {

@@ -170,6 +170,7 @@ type sendQueue struct {
 	kick     chan struct{} // capacity 1: wakes the writer goroutine
 	corkT    *time.Timer   // sendSoon's deadline: wakes the writer goroutine
 	corked   bool          // under mu: corkT is armed
+	cork     time.Duration // under mu: how long a sendSoon waits (corkDelay; a test stretches it)
 	waiting  atomic.Bool   // sendSoon frames may wait in fill (Mesh.Push writes them)
 	activity atomic.Uint64 // batches taken: the watchdog's send clock
 	sent     atomic.Uint64 // frames that Flush covers, counted under mu after their append
@@ -181,7 +182,7 @@ func newSendQueue(c *net.TCPConn, onErr func(error)) (*sendQueue, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &sendQueue{conn: c, nb: newNBWriter(raw), onErr: onErr, fill: new(batch), spare: new(batch), kick: make(chan struct{}, 1)}
+	q := &sendQueue{conn: c, nb: newNBWriter(raw), onErr: onErr, fill: new(batch), spare: new(batch), kick: make(chan struct{}, 1), cork: corkDelay}
 	q.cond.L = &q.mu
 	q.corkT = time.AfterFunc(time.Hour, q.uncork)
 	q.corkT.Stop()
@@ -242,7 +243,7 @@ func (q *sendQueue) commit(mode int, wait bool) error {
 			q.waiting.Store(true)
 			if !q.corked {
 				q.corked = true
-				q.corkT.Reset(corkDelay)
+				q.corkT.Reset(q.cork)
 			}
 		}
 	case sendTry:
