@@ -30,7 +30,8 @@ import (
 //   - a Put to this PE of the word the waits wait for (enter, the store,
 //     the wake, leave), so waits may also end with their condition;
 //   - a package that holds the PE with Enter, reads its memory, and Exits
-//     (ring's gate).
+//     (ring's gate);
+//   - a second futex wait, so that one wake must reach two sleepers.
 //
 // Each goroutine starts outside the PE, so Finalize meets it before its
 // call, inside it, and at every step of its wait. A sleep ends only by a
@@ -51,10 +52,11 @@ const (
 	fzPark
 	fzPut
 	fzEnter
+	fzFutex2
 	fzActors
 )
 
-var fzNames = [fzActors]string{"finalizer", "futex wait", "parked wait", "put", "Enter"}
+var fzNames = [fzActors]string{"finalizer", "futex wait", "parked wait", "put", "Enter", "second futex wait"}
 
 type fzState struct {
 	gate     uint64
@@ -210,7 +212,7 @@ func (m *fzModel) steps(s fzState) []explore.Step[fzState] {
 		add(fzFinalizer, "release: unmap", nx)
 	}
 	// The waits.
-	for _, a := range []int{fzFutex, fzPark} {
+	for _, a := range []int{fzFutex, fzPark, fzFutex2} {
 		if !m.has(a) {
 			continue
 		}
@@ -358,10 +360,14 @@ func (m *fzModel) explore() (explore.Result, error) {
 	}, explore.Bound{States: 10_000_000})
 }
 
-// TestExploreFinalize: every interleaving of Finalize with the four
-// goroutines, and with each alone.
+// TestExploreFinalize: every interleaving of Finalize with each
+// goroutine alone, with the first four, and (GOSHMEM_EXPLORE_DEEP=1)
+// with all five.
 func TestExploreFinalize(t *testing.T) {
-	for _, only := range [][]int{{fzFutex}, {fzPark}, {fzPut}, {fzEnter}, nil} {
+	for _, only := range [][]int{{fzFutex}, {fzPark}, {fzPut}, {fzEnter}, {fzFutex, fzPark, fzPut, fzEnter}, nil} {
+		if only == nil && !explore.Deep() {
+			continue // all five: GOSHMEM_EXPLORE_DEEP=1
+		}
 		m := &fzModel{begin: (*PE).begin, only: only}
 		res, err := m.explore()
 		if err != nil {
@@ -376,7 +382,7 @@ func TestExploreFinalize(t *testing.T) {
 
 func names(only []int) string {
 	if only == nil {
-		return "all four"
+		return "all five"
 	}
 	var s []string
 	for _, a := range only {
