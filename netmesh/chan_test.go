@@ -387,3 +387,26 @@ func TestLinkFlushBesideChannelClose(t *testing.T) {
 		t.Fatal("the closed channel's put was not applied")
 	}
 }
+
+// Poll's list has every link's own streams before any channel stream, so
+// that past pollMax streams a Poll still reads the ones that carry the
+// runtime's signals.
+func TestPollListOwnStreamsFirst(t *testing.T) {
+	pes := newJob(t, 3, 1<<16, "127.0.0.1", func(c *Config) { c.Streams = 2 })
+	for r := 1; r < 3; r++ {
+		for i := 0; i < 3; i++ {
+			if _, err := link(t, pes, 0, r).OpenChannel(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	list := *pes[0].m.pollList.Load()
+	if len(list) != 2*2+2*3 {
+		t.Fatalf("%d streams on Poll's list, want %d", len(list), 2*2+2*3)
+	}
+	for i, st := range list {
+		if (st.chanSlot >= 0) != (i >= 4) {
+			t.Fatalf("Poll's list entry %d is a stream of slot %d", i, st.chanSlot)
+		}
+	}
+}

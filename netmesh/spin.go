@@ -412,17 +412,22 @@ func (st *stream) unpollLocked(err error) {
 	st.releaseLocked()
 }
 
-// updatePollList rebuilds the list of running streams that Poll reads.
-// m.mu is held.
+// updatePollList rebuilds the list of running streams that Poll reads:
+// every link's own streams first, then the channel streams, so that
+// past pollMax streams a Poll still reads the streams that carry the
+// runtime's own signals (barriers' flags travel on stream 0). m.mu is
+// held.
 func (m *Mesh) updatePollList() {
 	var list []*stream
-	for _, l := range m.links {
-		if !l.ready || l.Err() != nil {
-			continue
-		}
-		for _, st := range l.allLocked() {
-			if st.started.Load() {
-				list = append(list, st)
+	for _, chans := range []bool{false, true} {
+		for _, l := range m.links {
+			if !l.ready || l.Err() != nil {
+				continue
+			}
+			for _, st := range l.allLocked() {
+				if st.started.Load() && (st.chanSlot >= 0) == chans {
+					list = append(list, st)
+				}
 			}
 		}
 	}
