@@ -69,18 +69,26 @@ func putLong(b []byte, typ, kind uint8, comm uint32, tag int, slot uint32, n uin
 }
 
 // parseHeader reads the header of lane message b and returns it with the
-// payload. It never panics: a message too short for its type, or of an
-// unknown type, is ErrProtocol.
+// payload. It never panics: a message too short for its type, of an
+// unknown type, or with a field the table above says is zero set, is
+// ErrProtocol; so a header it accepts is the one put* writes for the
+// same fields (FuzzParseHeader).
 func parseHeader(b []byte) (header, []byte, error) {
 	if len(b) < hdrEager {
 		return header{}, nil, fmt.Errorf("ring: Comm message of %d bytes, shorter than a header: %w", len(b), shmem.ErrProtocol)
 	}
 	h := header{typ: b[0], kind: b[1], comm: binary.LittleEndian.Uint32(b[4:]),
 		tag: int(binary.LittleEndian.Uint32(b[8:]))}
+	if b[2] != 0 || b[3] != 0 {
+		return h, nil, fmt.Errorf("ring: Comm message with non-zero bytes 2-3: %w", shmem.ErrProtocol)
+	}
 	switch h.typ {
 	case msgEager:
 		if h.tag > MaxTag {
 			return h, nil, fmt.Errorf("ring: Comm message with tag %d: %w", h.tag, shmem.ErrProtocol)
+		}
+		if binary.LittleEndian.Uint32(b[12:]) != 0 {
+			return h, nil, fmt.Errorf("ring: eager Comm message with non-zero bytes 12-15: %w", shmem.ErrProtocol)
 		}
 		return h, b[hdrEager:], nil
 	case msgRTS, msgFrag, msgAbort:
@@ -96,6 +104,9 @@ func parseHeader(b []byte) (header, []byte, error) {
 		}
 		if h.typ != msgFrag && len(b) != hdrLong {
 			return h, nil, fmt.Errorf("ring: Comm rts of %d bytes: %w", len(b), shmem.ErrProtocol)
+		}
+		if (h.typ != msgRTS && h.tag != 0) || (h.typ == msgRTS && h.epoch != 0) || (h.typ == msgAbort && h.n != 0) {
+			return h, nil, fmt.Errorf("ring: Comm message of type %d with a field set that its type leaves zero: %w", h.typ, shmem.ErrProtocol)
 		}
 		return h, b[hdrLong:], nil
 	}
