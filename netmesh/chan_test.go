@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/internal/errs"
+	"github.com/goshmem/goshmem/internal/testhook"
 )
 
 // bound is how long a test waits for something that must happen before
@@ -23,18 +24,18 @@ func holdStream(t *testing.T, rank, slot int) (entered <-chan struct{}, release 
 	t.Helper()
 	in, out := make(chan struct{}), make(chan struct{})
 	var once, rel sync.Once
-	hook := func(st *stream) {
-		if st.l.m.cfg.Rank != rank || st.chanSlot != slot || st.dialled {
+	hook := func(r, _, s int) {
+		if r != rank || s != slot {
 			return
 		}
 		once.Do(func() { close(in) })
 		<-out
 	}
-	testApplyHook.Store(&hook)
+	testhook.Apply.Store(&hook)
 	release = func() {
 		rel.Do(func() {
 			close(out)
-			testApplyHook.Store(nil)
+			testhook.Apply.Store(nil)
 		})
 	}
 	t.Cleanup(release)

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync/atomic"
 	"time"
 
 	"github.com/goshmem/goshmem/internal/errs"
+	"github.com/goshmem/goshmem/internal/testhook"
 )
 
 // The receive side of one stream: whoever holds the stream's read token
@@ -26,33 +26,6 @@ import (
 const readBuf = 64 << 10
 
 var errGoodbye = errors.New("netmesh: peer said goodbye")
-
-// testApplyHook, when set (by tests only), runs before each frame is
-// applied, in the goroutine applying it: a test holds a stream's frames
-// by blocking in it.
-var testApplyHook atomic.Pointer[func(*stream)]
-
-// SetTestApplyHook is for tests (this package's and those of packages
-// built on it): f, unless nil, is called before each frame any mesh of
-// the process applies, by the goroutine applying it, with the applying
-// PE's rank, the sending PE's rank, and the slot of the channel stream
-// it arrives on when the sender opened that stream (its channel's
-// requests; -1 otherwise). Blocking in f holds that stream's frames, and
-// only that stream's. nil removes the hook.
-func SetTestApplyHook(f func(rank, from, slot int)) {
-	if f == nil {
-		testApplyHook.Store(nil)
-		return
-	}
-	h := func(st *stream) {
-		slot := -1
-		if st.chanSlot >= 0 && !st.dialled {
-			slot = st.chanSlot
-		}
-		f(st.l.m.cfg.Rank, st.l.rank, slot)
-	}
-	testApplyHook.Store(&h)
-}
 
 // peerError is an ERROR frame from the peer.
 type peerError struct {
@@ -172,8 +145,12 @@ func (st *stream) serve(c *call) error {
 			}
 			return err
 		}
-		if h := testApplyHook.Load(); h != nil {
-			(*h)(st)
+		if h := testhook.Apply.Load(); h != nil {
+			slot := -1
+			if st.chanSlot >= 0 && !st.dialled {
+				slot = st.chanSlot
+			}
+			(*h)(st.l.m.cfg.Rank, st.l.rank, slot)
 		}
 		if err := st.apply(t, st.buf[st.r:st.r+hl], c); err != nil {
 			return err

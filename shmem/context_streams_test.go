@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goshmem/goshmem/netmesh"
+	"github.com/goshmem/goshmem/internal/testhook"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -23,7 +23,7 @@ func TestContextQuietNotBehindAnother(t *testing.T) {
 		release = make(chan struct{})
 		once    sync.Once
 	)
-	netmesh.SetTestApplyHook(func(rank, from, slot int) {
+	hold := func(rank, from, slot int) {
 		if rank != 1 || from != 0 || slot < 0 {
 			return
 		}
@@ -38,8 +38,9 @@ func TestContextQuietNotBehindAnother(t *testing.T) {
 		}
 		once.Do(func() { close(entered) })
 		<-release
-	})
-	defer netmesh.SetTestApplyHook(nil)
+	}
+	testhook.Apply.Store(&hold)
+	defer testhook.Apply.Store(nil)
 	var relOnce sync.Once
 	rel := func() { relOnce.Do(func() { close(release) }) }
 	defer rel()
