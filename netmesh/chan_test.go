@@ -135,8 +135,10 @@ func TestChannelFlushIndependent(t *testing.T) {
 	}
 }
 
-// The link's Flush (a PE's Quiet) covers the channels' streams too.
-func TestLinkFlushCoversChannels(t *testing.T) {
+// The link's Flush (a PE's Quiet: the default context's operations) does
+// not wait for a channel's frames, held at the target; FlushAll (a PE's
+// Finalize) does.
+func TestLinkFlushAndChannels(t *testing.T) {
 	pes := newJob(t, 2, 1<<16, "127.0.0.1", nil)
 	l := link(t, pes, 1, 0) // the higher rank opens a channel stream: it dials
 	ch, err := l.OpenChannel()
@@ -150,19 +152,22 @@ func TestLinkFlushCoversChannels(t *testing.T) {
 	if err := ch.PutNBI(64, []byte("channel")); err != nil {
 		t.Fatal(err)
 	}
-	if !l.Outstanding() {
-		t.Fatal("the link does not see the channel's outstanding put")
+	if l.Outstanding() || !l.OutstandingAll() {
+		t.Fatalf("a channel's outstanding put: Outstanding %v (want false), OutstandingAll %v (want true)", l.Outstanding(), l.OutstandingAll())
+	}
+	if err := l.Flush(); err != nil {
+		t.Fatalf("the link's own Flush, which the held channel must not delay: %v", err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- l.Flush() }()
+	go func() { done <- l.FlushAll() }()
 	<-entered
 	select {
 	case err := <-done:
-		t.Fatalf("the link's flush returned (%v) before the channel's put was applied", err)
+		t.Fatalf("the link's FlushAll returned (%v) before the channel's put was applied", err)
 	default:
 	}
 	release()
-	waitDone(t, "the link's flush", done)
+	waitDone(t, "the link's FlushAll", done)
 	pes[0].sync()
 	if string(pes[0].mem[64:71]) != "channel" {
 		t.Fatalf("got %q", pes[0].mem[64:71])

@@ -29,7 +29,8 @@
 // Channels (chan.go): Link.OpenChannel opens an independent completion
 // stream over a link, a connection of its own (opened on demand with the
 // same handshake, by either side), whose Flush waits for its own frames
-// only; Link.Flush still covers every connection of the link. At most
+// only; Link.Flush covers the link's own connections (the default
+// context's operations) and Link.FlushAll every connection. At most
 // Config.ChanStreams per side and link; beyond, channels share.
 //
 // Who reads (lead.go, watch.go): a caller blocked in Get, Atomic or Flush

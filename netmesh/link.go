@@ -606,16 +606,20 @@ func (l *Link) Signal(off, v uint64) error {
 }
 
 // Flush returns once the peer has applied every frame this side queued on
-// the link before the call, on the link's own streams and on every
-// channel's (chan.go), and every reply to a GET or atomic queued before
-// it has arrived. Only streams with something new since their last flush
-// are flushed; with nothing outstanding Flush returns at once.
+// the link's own streams before the call (the operations of the link,
+// not those of its channels: chan.go), and every reply to a GET or
+// atomic queued before it has arrived. Only streams with something new
+// since their last flush are flushed; with nothing outstanding Flush
+// returns at once. FlushAll covers the channels' streams too.
 //
 // A FLUSH left unanswered for Config.Timeout fails with errs.Timeout and
 // takes the link down (errs.PeerLost) before Flush returns: the
 // non-blocking GETs and fetching atomics it was to complete fail, and no
 // reply is written into their destinations after Flush returned.
-func (l *Link) Flush() error { return l.flush(l.allStreams()) }
+func (l *Link) Flush() error { return l.flush(l.streams) }
+
+// FlushAll is Flush for the link's own streams and every channel's.
+func (l *Link) FlushAll() error { return l.flush(l.allStreams()) }
 
 // flush is Flush for the streams sts.
 func (l *Link) flush(sts []*stream) error {
@@ -706,9 +710,13 @@ func (l *Link) quiesce() {
 	}
 }
 
-// Outstanding reports whether anything was queued on the link (its own
-// streams or a channel's) since the last completed Flush.
-func (l *Link) Outstanding() bool { return outstanding(l.allStreams()) }
+// Outstanding reports whether anything was queued on the link's own
+// streams since their last completed flush.
+func (l *Link) Outstanding() bool { return outstanding(l.streams) }
+
+// OutstandingAll is Outstanding for the link's own streams and every
+// channel's.
+func (l *Link) OutstandingAll() bool { return outstanding(l.allStreams()) }
 
 func outstanding(sts []*stream) bool {
 	for _, st := range sts {

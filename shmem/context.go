@@ -24,8 +24,10 @@ import (
 // bound: a PE opens at most 16 channel streams per remote PE; the
 // contexts beyond share the stream with the fewest contexts, and a
 // Quiet of one then also waits for what the others sharing that stream
-// queued before it (docs/memory-model.md). PE.Quiet and BarrierAll
-// complete every context's operations as well as the default context's.
+// queued before it (docs/memory-model.md). PE.Quiet, PEQuiet and
+// BarrierAll complete the default context's operations only, as
+// OpenSHMEM's shmem_quiet and shmem_barrier_all do; Finalize completes
+// every context's.
 type Context struct {
 	pe     *PE
 	id     uint64

@@ -111,6 +111,28 @@ func TestContextQuietNotBehindAnother(t *testing.T) {
 					doneB <- fmt.Errorf("B reads %v at PE 1, want [201 202 5]", got)
 					return
 				}
+				// The default context is independent of A too: the PE's
+				// own Quiet and PEQuiet do not wait for A's held frames.
+				if err := shmem.Put(s.Slice(5, 6), []int64{301}, 1); err != nil {
+					doneB <- err
+					return
+				}
+				if err := pe.Quiet(); err != nil {
+					doneB <- err
+					return
+				}
+				if err := shmem.PutNBI(s.Slice(6, 7), []int64{302}, 1); err != nil {
+					doneB <- err
+					return
+				}
+				if err := pe.PEQuiet(1); err != nil {
+					doneB <- err
+					return
+				}
+				if v, err := shmem.G(s, 6, 1); err != nil || v != 302 {
+					doneB <- fmt.Errorf("the default context reads %d (%v) at PE 1 after its PEQuiet, want 302", v, err)
+					return
+				}
 				doneB <- nil
 			}()
 			select {
@@ -119,7 +141,7 @@ func TestContextQuietNotBehindAnother(t *testing.T) {
 					return err
 				}
 			case <-time.After(bound):
-				return fmt.Errorf("context B's put, atomic and Quiet did not complete within %v while A was held", bound)
+				return fmt.Errorf("context B's put, atomic and Quiet, and the PE's own Quiet, did not complete within %v while A was held", bound)
 			}
 			select {
 			case err := <-doneA:
@@ -149,7 +171,7 @@ func TestContextQuietNotBehindAnother(t *testing.T) {
 			return err
 		}
 		if pe.MyPE() == 1 {
-			want := []int64{101, 102, 201, 202, 5, 0, 0, 0} // A's, then B's
+			want := []int64{101, 102, 201, 202, 5, 301, 302, 0} // A's, B's, the default context's
 			for i, w := range want {
 				if got := s.Local()[i]; got != w {
 					return fmt.Errorf("PE 1 element %d is %d, want %d (all %v)", i, got, w, s.Local())

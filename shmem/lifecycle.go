@@ -201,7 +201,7 @@ func (pe *PE) Finalize() error {
 		// unless the job is broken and the barrier cannot complete.
 		if err = pe.brokenErr(); err != nil {
 			err = fmt.Errorf("shmem: PE %d finalizing: %w", pe.rank, err)
-		} else if err = pe.flushAll(); err == nil {
+		} else if err = pe.flushEvery(); err == nil {
 			if pe.checked() {
 				err = pe.agree(opFinalize, 0, 0)
 			} else {

@@ -207,13 +207,31 @@ func (pe *PE) Quiet() error {
 	return pe.flushAll()
 }
 
-// flushAll flushes every remote link with outstanding operations.
-func (pe *PE) flushAll() error {
+// flushAll flushes every remote link with outstanding operations of the
+// default context: the links' own streams, not the contexts' channels
+// (a context's operations complete at its own Quiet, as OpenSHMEM's
+// shmem_quiet and shmem_barrier_all complete the default context's).
+func (pe *PE) flushAll() error { return pe.flushLinks(false) }
+
+// flushEvery is flushAll for Finalize: the contexts' channels too, so
+// that nothing a context left outstanding is lost when the links close.
+func (pe *PE) flushEvery() error { return pe.flushLinks(true) }
+
+func (pe *PE) flushLinks(channels bool) error {
 	if !pe.hasRemote {
 		return nil
 	}
 	for r := range pe.peers {
-		if l := pe.peers[r].link; l != nil && l.Outstanding() {
+		l := pe.peers[r].link
+		if tl, ok := l.(tcpLink); ok && channels {
+			if tl.OutstandingAll() {
+				if err := tl.FlushAll(); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if l != nil && l.Outstanding() {
 			if err := l.Flush(); err != nil {
 				return err
 			}
