@@ -32,7 +32,7 @@ import (
 //     it; it takes the token, applies what the socket holds, and frees the
 //     token again when a read finds nothing (or hands it to a follower).
 //     A caller that takes the free token disarms the socket, so its reply
-//     wakes nobody else: a caller's round trip costs two epoll_ctl calls
+//     wakes nobody else (a poller makes the socket quiet instead: watch.go): a caller's round trip costs two epoll_ctl calls
 //     and no goroutine wake-up, which matters because readying a
 //     goroutine on an otherwise idle process wakes a second thread
 //     (wakep) that then takes the network wake-ups away from the first.
@@ -127,8 +127,8 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 func (c *call) woken() bool { return c.done() || c.granted.Load() || c.expired.Load() }
 
 // The stream's side of its token (token.go): each transition under
-// st.rmu, then what it asks for. The socket is armed in the watch exactly
-// when the token wants it (wantArmed).
+// st.rmu, then what it asks for. The socket is armed in the watch, and
+// quiet, exactly when the token wants it (wantArmed, wantQuiet).
 
 // takeLocked gives the free token to a holder of kind k (c for a caller)
 // and reports whether it was free. st.rmu is held.
@@ -136,8 +136,17 @@ func (st *stream) takeLocked(k holderKind, c *call) bool {
 	if !st.tok.take(k, c) {
 		return false
 	}
-	st.w8.set(st, st.tok.wantArmed()) // a caller's or poller's reply wakes nobody else
+	st.watchLocked() // a caller's or poller's reply wakes nobody else
 	return true
+}
+
+// watchLocked sets the socket's watch as the token wants it: armed or
+// not, quiet or not (disarming before lowering the mark, so that a
+// caller that takes the token from a poller wakes no reader goroutine).
+// It reports false if either could not be set. st.rmu is held.
+func (st *stream) watchLocked() bool {
+	ok := st.w8.set(st, st.tok.wantArmed())
+	return st.w8.setQuiet(st, st.tok.wantQuiet()) && ok
 }
 
 // queueLocked appends c to the followers, kicking a reader goroutine or
@@ -160,7 +169,9 @@ func (st *stream) unqueueLocked(c *call) {
 func pendingCall(c *call) bool { return !c.done() && !c.expired.Load() }
 
 // releaseLocked hands the token on: to the first follower still waiting
-// for its reply, else it frees it and arms the watch. st.rmu is held.
+// for its reply, else it frees it and arms the watch (a poller's socket
+// stays armed and stops being quiet). Arming, and lowering the mark,
+// signal the watch if bytes are already queued. st.rmu is held.
 //
 // A freed token with a whole frame in the read buffer wakes the reader
 // goroutine: the socket's readiness cannot announce it. A holder that
@@ -173,7 +184,7 @@ func pendingCall(c *call) bool { return !c.done() && !c.expired.Load() }
 // reports bytes that are already there.
 func (st *stream) releaseLocked() {
 	w, wake := st.tok.release(pendingCall, st.frameBuffered(), st.l.Err() != nil)
-	if !st.w8.set(st, st.tok.wantArmed()) && !st.tok.ended {
+	if !st.watchLocked() && !st.tok.ended {
 		wake = true // a closed socket has left the set: the reader finds the end
 	}
 	st.nwait.Store(int32(st.tok.queued))

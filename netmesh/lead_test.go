@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/internal/errs"
+	"golang.org/x/sys/unix"
 )
 
 // Tests of who reads a stream (lead.go, watch.go): blocked callers lead,
@@ -284,6 +285,71 @@ func TestReleaseAppliesBufferedFrame(t *testing.T) {
 	}
 	p.sync()
 	if !bytes.Equal(p.mem[64:72], bytes.Repeat([]byte{0xAB}, 8)) {
+		t.Fatalf("segment %x after the PUT", p.mem[64:72])
+	}
+}
+
+// TestPollerReleaseAnnounces: bytes that arrive while a poller holds a
+// stream's token arrive quietly (watch.go: the socket's receive
+// low-water mark is raised, so they signal no epoll set). When the
+// poller frees the token without having read them, lowering the mark
+// must announce them to the reader goroutine, which applies them; else
+// they would wait for the peer's next bytes (a heartbeat, here an hour
+// away), and a peer waiting for exactly this frame would hang.
+func TestPollerReleaseAnnounces(t *testing.T) {
+	p, r := rawJob(t, 1<<16, func(c *Config) { c.Heartbeat = time.Hour })
+	st := p.m.Link(0).streams[0]
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st.rmu.Lock()
+		if st.takeLocked(heldPoller, nil) {
+			st.rmu.Unlock()
+			break
+		}
+		st.rmu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the stream's read token never came free")
+		}
+		runtime.Gosched()
+	}
+	st.rmu.Lock()
+	armed, quiet := st.w8.armed, st.w8.quiet
+	st.rmu.Unlock()
+	if !armed || !quiet {
+		t.Fatalf("a poller's socket: armed %v, quiet %v; want both", armed, quiet)
+	}
+	before := p.applied.Load()
+	frame := append(appendPut(nil, 64, 8), bytes.Repeat([]byte{0xCD}, 8)...)
+	r.send(frame)
+	// Wait until the PUT is queued in the socket, unread.
+	for queued := 0; queued < len(frame); {
+		var err error
+		if cerr := st.raw.Control(func(fd uintptr) { queued, err = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); cerr != nil || err != nil {
+			t.Fatal(cerr, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes of the PUT arrived", queued)
+		}
+		runtime.Gosched()
+	}
+	if p.applied.Load() != before {
+		t.Fatal("the PUT was applied while the poller held the token")
+	}
+	st.rmu.Lock()
+	st.unpollLocked(errYield)
+	quiet = st.w8.quiet
+	st.rmu.Unlock()
+	if quiet {
+		t.Fatal("the socket stayed quiet after the poller freed the token")
+	}
+	for p.applied.Load() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("lost wake-up: the PUT that arrived under the poller was never applied after it freed the token")
+		}
+		runtime.Gosched()
+	}
+	p.sync()
+	if !bytes.Equal(p.mem[64:72], bytes.Repeat([]byte{0xCD}, 8)) {
 		t.Fatalf("segment %x after the PUT", p.mem[64:72])
 	}
 }

@@ -380,7 +380,7 @@ func takeFree(streams, held []*stream) []*stream {
 			break
 		}
 		st.rmu.Lock()
-		if st.takeLocked(heldPoller, nil) { // disarmed: its arrivals are ours, waking nobody
+		if st.takeLocked(heldPoller, nil) { // quiet: its arrivals are ours, waking nobody
 			held = append(held, st)
 		}
 		st.rmu.Unlock()

@@ -4,7 +4,7 @@ package netmesh
 // a stream and why): no I/O, no locks, no goroutines. The stream calls
 // its methods under st.rmu and carries out what they report: it arms or
 // disarms the socket in the reader goroutine's watch to match
-// wantArmed, signals a follower it was granted the token, wakes the
+// wantArmed, makes it quiet or not to match wantQuiet, signals a follower it was granted the token, wakes the
 // reader goroutine, kicks a holder. TestTokenRandom drives it with
 // random interleavings of takes, queues, completions, expiries,
 // releases and ends, checking the invariants below after every step.
@@ -13,9 +13,16 @@ package netmesh
 //   - at most one holder: kind says which, and holder is the call exactly
 //     when kind is heldCaller;
 //   - a call is queued at most once and never while it holds the token;
-//   - the socket should be armed exactly while the token is free or held
-//     by the reader goroutine, and the stream has not ended (wantArmed):
-//     then the watch reports arrivals nobody else reads;
+//   - arrivals should signal the reader goroutine's watch exactly while
+//     the token is free or held by the reader goroutine and the stream
+//     has not ended: then nobody else reads them. The socket is armed in
+//     the watch (wantArmed) unless a caller holds the token, and quiet
+//     (wantQuiet: its receive low-water mark raised, so that an arrival
+//     signals no epoll set at all, watch.go) exactly while a poller
+//     holds it. A caller may park in conn.Read, which needs the socket's
+//     readiness, so its socket is never quiet; a poller only makes
+//     non-blocking reads, and a socket left armed under it signals
+//     nobody while it is quiet;
 //   - release never frees the token while a follower whose call is still
 //     pending is queued: it grants the token to the first such follower;
 //   - release that frees the token with a whole frame in the read buffer
@@ -50,7 +57,13 @@ func (t *token) held() bool { return t.kind != heldNone }
 // wantArmed reports whether the socket should be armed in the reader
 // goroutine's watch.
 func (t *token) wantArmed() bool {
-	return !t.ended && (t.kind == heldNone || t.kind == heldReader)
+	return !t.ended && t.kind != heldCaller
+}
+
+// wantQuiet reports whether the socket should be quiet: arrivals signal
+// nobody, since the poller that holds the token reads them (watch.go).
+func (t *token) wantQuiet() bool {
+	return !t.ended && t.kind == heldPoller
 }
 
 // take gives the free token to a holder of kind k (and call c for

@@ -186,8 +186,18 @@ func tokenRun(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
 		if count != tk.queued {
 			fail("%d followers counted, %d queued", count, tk.queued)
 		}
-		if tk.wantArmed() != (!tk.ended && (tk.kind == heldNone || tk.kind == heldReader)) {
-			fail("wantArmed %v with kind %v, ended %v", tk.wantArmed(), tk.kind, tk.ended)
+		// An arrival signals the reader goroutine's watch (armed and not
+		// quiet) exactly when nobody else reads it; a caller, which may
+		// park in conn.Read, never holds a quiet socket.
+		signals := tk.wantArmed() && !tk.wantQuiet()
+		if signals != (!tk.ended && (tk.kind == heldNone || tk.kind == heldReader)) {
+			fail("arrivals signal the watch %v (armed %v, quiet %v) with kind %v, ended %v", signals, tk.wantArmed(), tk.wantQuiet(), tk.kind, tk.ended)
+		}
+		if tk.kind == heldCaller && tk.wantQuiet() {
+			fail("a caller holds a quiet socket")
+		}
+		if tk.ended && (tk.wantArmed() || tk.wantQuiet()) {
+			fail("an ended stream wants armed %v, quiet %v", tk.wantArmed(), tk.wantQuiet())
 		}
 		if tk.free() {
 			for w := tk.whead; w != nil; w = w.next {

@@ -30,6 +30,25 @@ import (
 // It can be queued only if the reader goroutine woke since the last
 // arming (dirty); an arrival whose wake-up the reader has not yet handled
 // needs no new signal.
+//
+// A poller (Mesh.Poll) that takes the token leaves the socket armed and
+// makes it quiet instead: it raises the socket's receive low-water mark
+// (SO_RCVLOWAT) to quietLowat, below which the kernel signals an arrival
+// to no epoll set at all. That spares two wake-ups per arrival, not
+// only the reader goroutine's: the socket is also registered with Go's
+// netpoller (it is a net.TCPConn), whose idle thread otherwise wakes for
+// every arrival although nobody waits on the socket there (each wake-up
+// two epoll_pwait calls and a context switch, on the CPU the pollers
+// need). Non-blocking reads return what is there whatever the mark. When
+// the poller frees the token it lowers the mark to 1, and lowering
+// signals the socket's readiness if bytes are queued (the kernel checks
+// at once), so the reader goroutine's watch hears of bytes that arrived
+// after the poller's last read, as arming reports them. A caller that
+// takes the token from a poller has the mark lowered (it may park in
+// conn.Read, which needs the readiness) and the socket disarmed. Bursts
+// of quietLowat bytes or more, a full receive window and the peer's
+// FIN still signal while quiet: the reader goroutine then wakes, finds
+// the token held, and sleeps again.
 type watcher struct {
 	f      *os.File
 	raw    syscall.RawConn // of f
@@ -38,13 +57,22 @@ type watcher struct {
 	dirty  bool // under rmu: the reader woke since the last arming
 	woken  bool // under rmu: a deadline in the past is set on f
 	closed bool // under rmu: f is closed (the reader goroutine ended)
+	quiet  bool // under rmu: the socket's receive low-water mark is quietLowat
 
 	ev    unix.EpollEvent // argument of ctl
 	op    int
 	cerr  error
 	ctlFn func(fd uintptr)
 	evs   [1]unix.EpollEvent
+	lowat int // argument of lowatCtl
+	lowFn func(fd uintptr)
 }
+
+// quietLowat is a quiet socket's receive low-water mark: far above the
+// frames a poller waits for (a barrier's flag is 24 bytes), and small
+// enough that setting it does not grow the socket's receive buffer (the
+// kernel grows it to hold the mark when it is larger than about half).
+const quietLowat = 16 << 10
 
 const watchEvents = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
 
@@ -60,6 +88,7 @@ func (w *watcher) init(st *stream) error {
 	}
 	w.epfd = epfd
 	w.ctlFn = w.ctl
+	w.lowFn = w.lowatCtl
 	w.f = os.NewFile(uintptr(epfd), "netmesh-watch") // non-blocking: registered with the netpoller
 	if w.raw, err = w.f.SyscallConn(); err != nil {
 		w.f.Close()
@@ -106,6 +135,24 @@ func (w *watcher) set(st *stream, on bool) bool {
 		w.ev.Events = watchEvents
 	}
 	return st.raw.Control(w.ctlFn) == nil && w.cerr == nil
+}
+
+// setQuiet makes the socket quiet or not (see watcher). It reports false
+// if the mark could not be set. st.rmu is held.
+func (w *watcher) setQuiet(st *stream, on bool) bool {
+	if w.quiet == on {
+		return true
+	}
+	w.quiet = on
+	w.lowat = 1
+	if on {
+		w.lowat = quietLowat
+	}
+	return st.raw.Control(w.lowFn) == nil && w.cerr == nil
+}
+
+func (w *watcher) lowatCtl(fd uintptr) {
+	w.cerr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, w.lowat)
 }
 
 func (w *watcher) arm(st *stream) bool { return w.set(st, true) }
