@@ -15,7 +15,12 @@ package collective
 //	3          ring progress of this member's left neighbour: it stores
 //	           the count of ring steps it has finished; waits are for
 //	           word >= a count. Only grows.
-//	4..7       zero
+//	4..6       recursive halving (reduceHalving): word 4+r is written by
+//	           the partner at distance 2^r only, which stores counts
+//	           from a per-call base; waits are for word >= a count.
+//	           Only grow.
+//	7          the base of this member's next such AllReduce; written
+//	           and read by the member only
 //	8..39      exchange signals: word 8 + 16*parity + slot, where parity
 //	           is k%2. Flat teams (see geometry) use slot 0 only: a
 //	           counter to which every sender adds 1 after its message's
@@ -40,6 +45,9 @@ const (
 	wordCount   = 1
 	wordRingSeq = 2
 	wordRingIn  = 3
+	wordHalvIn  = 4 // to 6: distances 1, 2, 4
+	wordHalvSeq = 7
+	halvingMax  = 8 // the largest team reduceHalving takes: 3 words
 	wordSignals = 8
 	slotsPer    = 16 // signal words per parity
 	slotPre     = 0

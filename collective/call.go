@@ -95,10 +95,12 @@ func (c *call) world(j int) int { return c.t.WorldPE(j) }
 type algo uint8
 
 const (
-	algoAuto   algo = iota // by size: through the scratch when the vector fits one message
-	algoRD                 // through the scratch at every size, in pieces of one message
-	algoDirect             // never through the scratch: direct reads and writes of the buffers
-	algoRing               // as direct, with AllReduce by the ring (teams of 3 or more)
+	algoAuto     algo = iota // by size: through the scratch when the vector fits one message
+	algoRD                   // through the scratch at every size, in pieces of one message
+	algoDirect               // never through the scratch: direct reads and writes of the buffers
+	algoRing                 // as direct, with AllReduce by the ring (teams of 3 or more)
+	algoPushRing             // as direct, with AllReduce by the pushing ring (3 or more, dst apart from src)
+	algoHalving              // as direct, with AllReduce by recursive halving and doubling (4 or 8, dst apart from src)
 )
 
 const envAlgo = "GOSHMEM_COLLECTIVE_ALGO"
@@ -117,8 +119,12 @@ func algoFromEnv() (algo, error) {
 		return algoDirect, nil
 	case "ring":
 		return algoRing, nil
+	case "pushring":
+		return algoPushRing, nil
+	case "halving":
+		return algoHalving, nil
 	default:
-		return algoAuto, fmt.Errorf("collective: %s=%q: want auto, rd, direct or ring: %w", envAlgo, v, shmem.ErrInvalid)
+		return algoAuto, fmt.Errorf("collective: %s=%q: want auto, rd, direct, ring, pushring or halving: %w", envAlgo, v, shmem.ErrInvalid)
 	}
 }
 

@@ -25,11 +25,12 @@
 // on larger ones); larger ones by direct reads and writes of the
 // members' buffers between an entry and an exit exchange, straight in
 // the peers' mapped heaps over shared memory, with no staging copy. On
-// teams that span hosts AllReduce pushes (halves, or a ring) and a large
+// teams that span hosts AllReduce pushes (halves on 2 members, recursive
+// halving and doubling on 4 or 8, a ring on the others) and a large
 // Broadcast is a scatter and an allgather. docs/collectives.md has the
 // algorithms, the crossovers and the measured figures;
-// GOSHMEM_COLLECTIVE_ALGO (auto, rd, direct, ring) forces one
-// (docs/env.md).
+// GOSHMEM_COLLECTIVE_ALGO (auto, rd, direct, ring, pushring, halving)
+// forces one (docs/env.md).
 //
 // Caveats:
 //   - Collectives of one PE on one team are serialised (a lock of the

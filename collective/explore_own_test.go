@@ -61,7 +61,13 @@ var ownCases = []ownCase{
 	{"AllReduce ring", "ring", "", 3, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
 		return AllReduce(t, dst.Slice(0, ownLen), src, Sum)
 	}},
-	{"AllReduce push ring / pair (hosts apart)", "", "remote", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
+	{"AllReduce halving / push ring / pair (hosts apart)", "", "remote", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
+		return AllReduce(t, dst.Slice(0, ownLen), src, Sum)
+	}},
+	{"AllReduce push ring", "pushring", "remote", 3, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
+		return AllReduce(t, dst.Slice(0, ownLen), src, Sum)
+	}},
+	{"AllReduce halving, one host", "halving", "", 4, true, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
 		return AllReduce(t, dst.Slice(0, ownLen), src, Sum)
 	}},
 	{"Broadcast scatter + allgather (hosts apart, root 0)", "direct", "remote", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
@@ -390,4 +396,26 @@ func TestExploreOwnershipMutant(t *testing.T) {
 		t.Fatalf("FCollect without its entry exchange passed or failed otherwise: %v", err)
 	}
 	t.Logf("FCollect without its entry exchange:\n%v", f)
+}
+
+// TestExploreOwnershipMutantHalving: reduceHalving whose members return
+// without waiting for their last block (mutantHalvingNoWait) is caught
+// with a partner writing into a member that has left.
+func TestExploreOwnershipMutantHalving(t *testing.T) {
+	var c ownCase
+	for _, o := range ownCases {
+		if o.algo == "halving" {
+			c = o
+		}
+	}
+	mutantHalvingNoWait = true
+	defer func() { mutantHalvingNoWait = false }()
+	tr, objs := ownTraces(t, c, 4)
+	mutantHalvingNoWait = false
+	_, err := newOwnModel(t, tr, objs).explore(false)
+	var f *explore.Failure
+	if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), "writes PE") {
+		t.Fatalf("halving without its last wait passed or failed otherwise: %v", err)
+	}
+	t.Logf("halving without its last wait:\n%v", f)
 }

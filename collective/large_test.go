@@ -81,9 +81,11 @@ var _ = register("large", func(pe *shmem.PE) error {
 func TestLarge(t *testing.T) {
 	each(t, "large", []route{goroutines}, nil, 1, 4)
 	each(t, "large", []route{goroutines}, []string{envAlgo + "=ring"}, 3)
+	each(t, "large", []route{goroutines}, []string{envAlgo + "=halving"}, 4)
 	if !small {
 		each(t, "large", []route{tcp}, nil, 3)
 		each(t, "large", []route{mixed}, []string{envAlgo + "=ring"}, 4)
+		each(t, "large", []route{mixed}, nil, 4) // recursive halving across hosts
 		each(t, "large", []route{processes}, nil, 2)
 	}
 }

@@ -31,3 +31,46 @@ func ringStep(parts, me, s int) (send, recv int) {
 	a := s - (parts - 1)
 	return mod(me - a), mod(me - a - 1)
 }
+
+// blockSpan is the elements [lo, hi) of member me's block in the
+// recursive halving of reduceHalving at distance d (a power of two): the
+// aligned d chunks of partition(n, parts, .) that hold chunk me.
+func blockSpan(n, parts, me, d int) (lo, hi int) {
+	a := me - me%d
+	lo, _ = partition(n, parts, a)
+	_, hi = partition(n, parts, a+d-1)
+	return lo, hi
+}
+
+// halvingLanding is where, in member me's dst of n elements, its
+// partner at distance d (me^d, d < parts/2) puts its partial result of
+// me's d-block in the reduce-scatter of reduceHalving: in the half of
+// dst that does not hold chunk me (its first step gave that half away),
+// after the slots of the larger distances, so that no two steps share a
+// slot. ok is false when that half is too short (only when chunks
+// hold fewer elements than there are members, about).
+func halvingLanding(n, parts, me, d int) (off int, ok bool) {
+	off, end := blockSpan(n, parts, me^(parts/2), parts/2)
+	for e := parts / 4; e > d; e /= 2 {
+		lo, hi := blockSpan(n, parts, me, e)
+		off += hi - lo
+	}
+	lo, hi := blockSpan(n, parts, me, d)
+	return off, off+hi-lo <= end
+}
+
+// halvingFits says whether reduceHalving takes a team of parts members
+// and a vector of n elements: parts a power of two from 4 to
+// halvingMax, and a slot for every step of every member. Every member
+// answers alike.
+func halvingFits(n, parts int) bool {
+	if parts < 4 || parts > halvingMax || parts&(parts-1) != 0 {
+		return false
+	}
+	for me := range parts {
+		if _, ok := halvingLanding(n, parts, me, 1); !ok {
+			return false
+		}
+	}
+	return true
+}

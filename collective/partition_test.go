@@ -157,3 +157,72 @@ func TestAreaLayout(t *testing.T) {
 		t.Errorf("the last signal word, %d, is past the 40 words", sigWord(1, slotsPer-1))
 	}
 }
+
+// TestHalving: the schedule of reduceHalving for every length and team
+// size. A member's d-block holds chunk me, is its partner's sibling
+// (together the 2d-block, where d < parts), and the blocks of one
+// distance tile [0, n). Where halvingFits says yes, a member's slots lie
+// in the half without chunk me, are its d-block's length and do not
+// overlap; it says yes on 4 and 8 members from 64 elements (so at every
+// size the auto choice gives it, far above) and never on other sizes.
+func TestHalving(t *testing.T) {
+	for parts := 1; parts <= 16; parts++ {
+		for n := 0; n <= 300; n++ {
+			pow := parts&(parts-1) == 0
+			fits := halvingFits(n, parts)
+			if fits && !(pow && parts >= 4 && parts <= halvingMax) {
+				t.Fatalf("n=%d parts=%d: taken", n, parts)
+			}
+			if !fits && pow && parts >= 4 && parts <= halvingMax && n >= 64 {
+				t.Fatalf("n=%d parts=%d: refused", n, parts)
+			}
+			if !pow {
+				continue
+			}
+			for d := 1; d < parts; d *= 2 {
+				cover := make([]int, n)
+				for me := range parts {
+					lo, hi := blockSpan(n, parts, me, d)
+					clo, chi := partition(n, parts, me)
+					if clo < lo || chi > hi {
+						t.Fatalf("n=%d parts=%d me=%d d=%d: block [%d,%d) misses chunk [%d,%d)", n, parts, me, d, lo, hi, clo, chi)
+					}
+					plo, phi := blockSpan(n, parts, me^d, d)
+					if plo != hi && phi != lo {
+						t.Fatalf("n=%d parts=%d me=%d d=%d: partner's block [%d,%d) not beside [%d,%d)", n, parts, me, d, plo, phi, lo, hi)
+					}
+					if me%d == 0 {
+						for e := lo; e < hi; e++ {
+							cover[e]++
+						}
+					}
+				}
+				for e, k := range cover {
+					if k != 1 {
+						t.Fatalf("n=%d parts=%d d=%d: element %d in %d blocks", n, parts, d, e, k)
+					}
+				}
+			}
+			if !fits {
+				continue
+			}
+			for me := range parts {
+				flo, fhi := blockSpan(n, parts, me^(parts/2), parts/2)
+				used := make([]bool, n)
+				for d := 1; d < parts/2; d *= 2 {
+					off, ok := halvingLanding(n, parts, me, d)
+					lo, hi := blockSpan(n, parts, me, d)
+					if !ok || off < flo || off+hi-lo > fhi {
+						t.Fatalf("n=%d parts=%d me=%d d=%d: slot [%d,%d) outside the other half [%d,%d)", n, parts, me, d, off, off+hi-lo, flo, fhi)
+					}
+					for e := off; e < off+hi-lo; e++ {
+						if used[e] {
+							t.Fatalf("n=%d parts=%d me=%d d=%d: slots overlap at %d", n, parts, me, d, e)
+						}
+						used[e] = true
+					}
+				}
+			}
+		}
+	}
+}

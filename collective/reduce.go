@@ -70,7 +70,9 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	case root >= 0:
 	case c.n == 2 && far && apart:
 		return reducePair(&c, k, dst, src, op)
-	case c.n > 2 && far && apart:
+	case c.n > 2 && apart && halvingFits(n, c.n) && (c.algo == algoHalving || far):
+		return reduceHalving(&c, k, dst, src, op)
+	case c.n > 2 && apart && (c.algo == algoPushRing || far):
 		return reducePushRing(&c, k, dst, src, op)
 	case c.n > 2 && (far || c.algo == algoRing):
 		// Over TCP the ring, where each member talks to its neighbours
@@ -389,5 +391,100 @@ func reducePushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op)
 	// The last write into this member's dst was its left neighbour's
 	// last step, awaited above, and its own last write into its right
 	// neighbour's dst is awaited there: no exit exchange.
+	return nil
+}
+
+// reduceHalving is AllReduce by recursive halving and doubling with
+// pushes (Rabenseifner), for teams of 4 or 8 members (halvingFits) that
+// span hosts when no member reduces in place: log2(n) steps of
+// reduce-scatter and as many of allgather, against the ring's 2(n-1),
+// each a PutSignal to the step's partner and a wait for the partner's.
+//
+// Reduce-scatter: at distance d = n/2, n/4, ..., 1 a member keeps its
+// aligned block of d chunks (blockOf) and puts its partial result of the
+// partner's block (me^d) into the partner's dst: at the block's place
+// for d = n/2 (its src, straight), into a slot of the partner's other
+// half for the others (halvingLanding); it then folds what landed into
+// its own block. Allgather: at d = 1, 2, ..., n/2 it puts its finished
+// d-block into the partner's dst at the block's place.
+//
+// Signals: member me's word wordHalvIn+log2(d) is written only by its
+// partner at distance d, with values from a per-call base (word
+// wordHalvSeq): base+1 in the reduce-scatter and base+2 in the
+// allgather, except at d = n/2: base+1, then base+2 once that partner
+// has folded every slot of its own (the slots lie in the half the
+// allgather's last step overwrites, which waits for it), then base+3
+// with its half. A write into a partner's dst goes only where the
+// partner no longer reads: the blocks it already sent, or slots; every
+// write is awaited by its target inside the call, so once its last
+// block has landed a member may return.
+func reduceHalving[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) error {
+	n, np := src.Len(), c.n
+	base := c.lw[wordHalvSeq]
+	c.lw[wordHalvSeq] = base + 3
+	dl, sl := dst.Local(), src.Local()
+	word := func(d int) int {
+		w := wordHalvIn
+		for ; d > 1; d /= 2 {
+			w++
+		}
+		return w
+	}
+	put := func(d, at int, from []T, v uint64) error {
+		sig := c.words.Slice(word(d), word(d)+1)
+		w := c.world(c.me ^ d)
+		traceSignal(c, dst.Slice(at, at+len(from)), w, word(d), shmem.SignalSet, v)
+		return shmem.PutSignal(dst.Slice(at, at+len(from)), from, sig, v, shmem.SignalSet, w)
+	}
+	wait := func(d int, v uint64) error {
+		c.traceWait(word(d), v)
+		return shmem.WaitUntil(c.words, word(d), shmem.CmpGE, v)
+	}
+	half := np / 2
+	for d := half; d >= 1; d /= 2 {
+		plo, phi := blockSpan(n, np, c.me^d, d)
+		mlo, mhi := blockSpan(n, np, c.me, d)
+		from, at, land := sl[plo:phi], plo, mlo
+		if d < half {
+			from = dl[plo:phi]
+			at, _ = halvingLanding(n, np, c.me^d, d)
+			land, _ = halvingLanding(n, np, c.me, d)
+		}
+		if err := put(d, at, from, base+1); err != nil {
+			return err
+		}
+		if err := wait(d, base+1); err != nil {
+			return err
+		}
+		in := sl[mlo:mhi]
+		if d < half {
+			in = dl[land : land+mhi-mlo]
+		}
+		combine(k, op, dl[mlo:mhi], dl[mlo:mhi], in)
+	}
+	// Every slot is folded: the distance-n/2 partner may overwrite them.
+	traceSignal(c, shmem.Sym[T]{}, c.world(c.me^half), word(half), shmem.SignalSet, base+2)
+	if err := shmem.AtomicSet(c.words, word(half), base+2, c.world(c.me^half)); err != nil {
+		return err
+	}
+	for d := 1; d <= half; d *= 2 {
+		v := base + 2
+		if d == half {
+			if err := wait(d, base+2); err != nil {
+				return err
+			}
+			v = base + 3
+		}
+		mlo, mhi := blockSpan(n, np, c.me, d)
+		if err := put(d, mlo, dl[mlo:mhi], v); err != nil {
+			return err
+		}
+		if mutantHalvingNoWait && d == half {
+			break
+		}
+		if err := wait(d, v); err != nil {
+			return err
+		}
+	}
 	return nil
 }

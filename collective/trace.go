@@ -63,3 +63,9 @@ func (c *call) traceWait(word int, v uint64) {
 // exchange, so they may land in a member that has not entered the call.
 // Only the ownership exploration's mutation check sets it.
 var mutantNoEntry bool
+
+// mutantHalvingNoWait breaks reduceHalving on purpose: a member returns
+// without waiting for its last block, which its partner may then write
+// after it has left. Only the ownership exploration's mutation check
+// sets it.
+var mutantHalvingNoWait bool
