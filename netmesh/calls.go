@@ -30,6 +30,7 @@ type call struct {
 	width  byte
 	nbi    bool // nobody waits: the reader recycles it
 	val    uint64
+	mark   uint64 // the request's number among the frames its stream's Flush covers (q.sent)
 	err    error
 	state  atomic.Uint32 // callPending or callDone; err is set before callDone
 

@@ -22,23 +22,31 @@ const bound = 20 * time.Second
 // held.
 func holdStream(t *testing.T, rank, slot int) (entered <-chan struct{}, release func()) {
 	t.Helper()
+	return holdWhere(t, func(r, _, s, _ int) bool { return r == rank && s == slot })
+}
+
+// holdWhere holds every frame that match selects (by testhook.Apply's
+// arguments) before it is applied, until release is called; entered is
+// closed when the first frame is held. Every applier passes through
+// appliesSeen first (stripe_test.go).
+func holdWhere(t *testing.T, match func(rank, from, slot, stream int) bool) (entered <-chan struct{}, release func()) {
+	t.Helper()
 	in, out := make(chan struct{}), make(chan struct{})
 	var once, rel sync.Once
-	hook := func(r, _, s int) {
-		if r != rank || s != slot {
+	hook := func(r, from, s, idx int) {
+		appliesSeen()
+		if !match(r, from, s, idx) {
 			return
 		}
 		once.Do(func() { close(in) })
 		<-out
 	}
 	testhook.Apply.Store(&hook)
-	release = func() {
-		rel.Do(func() {
-			close(out)
-			testhook.Apply.Store(nil)
-		})
-	}
-	t.Cleanup(release)
+	release = func() { rel.Do(func() { close(out) }) }
+	t.Cleanup(func() {
+		release()
+		testhook.Apply.CompareAndSwap(&hook, nil)
+	})
 	return in, release
 }
 

@@ -54,7 +54,7 @@ type Config struct {
 
 	// Streams is the number of connections per pair (GOSHMEM_STREAMS):
 	// PUT and GET payloads of 256 KiB or more are striped across them.
-	// Both ends must agree. 0 means 1; at most 64.
+	// Both ends must agree. 0 means defaultStreams (1); at most 64.
 	Streams int
 
 	// ChanStreams bounds the channel streams (chan.go) this side opens
@@ -159,7 +159,7 @@ func (c *Config) normalize() error {
 		c.Misses = defaultMisses
 	}
 	if c.Streams == 0 {
-		c.Streams = 1
+		c.Streams = defaultStreams
 	}
 	if c.ChanStreams == 0 {
 		c.ChanStreams = defaultChanStreams

@@ -14,8 +14,9 @@ import (
 
 // Link is this PE's connection to one remote PE: Config.Streams TCP
 // streams. Small operations, atomics and flushes use stream 0; PUT and GET
-// payloads of stripeMin bytes or more are split across all streams.
-// All methods are safe for concurrent use.
+// payloads of stripeMin bytes or more are split across all streams, and
+// the link keeps its operations in the order they were issued all the
+// same (see order). All methods are safe for concurrent use.
 type Link struct {
 	m       *Mesh
 	rank    int
@@ -34,6 +35,12 @@ type Link struct {
 	nextIdx int                     // the next context stream's index; under m.mu
 
 	calls callTable
+
+	// Striped operations (see order): how many were queued, and how many
+	// of them are known applied (a flush of every link stream that began
+	// after they were queued returned).
+	striped  atomic.Uint64
+	stripeOK atomic.Uint64
 
 	mu    sync.Mutex // protects err's first assignment
 	err   atomic.Pointer[error]
@@ -169,6 +176,43 @@ func plan(sts []*stream, off uint64, n int, buf *[maxStreams]part) []part {
 	return ps
 }
 
+// order keeps the link's own streams sts (more than one) as ordered as
+// one stream: a transfer split across them must not overtake, nor be
+// overtaken by, the operations issued before it. Before a striped
+// operation (wide) it waits until everything queued earlier on any of
+// the streams is applied; before any other operation on the link's
+// streams, until the parts that earlier striped operations sent on
+// streams other than 0 are applied (stream 0 is ordered anyway). Both are
+// flushes of the streams that have something outstanding, and cost
+// nothing when there is nothing (put + Quiet, a blocking Get). A channel
+// (one stream) needs none of it.
+func (l *Link) order(sts []*stream, wide bool) error {
+	if len(sts) == 1 {
+		return nil
+	}
+	gen := l.striped.Load()
+	switch {
+	case wide && outstanding(sts):
+	case gen > l.stripeOK.Load():
+		sts = sts[1:]
+	default:
+		return nil
+	}
+	if err := l.flush(sts); err != nil {
+		return err
+	}
+	l.stripesApplied(gen)
+	return nil
+}
+
+// stripesApplied records that the first gen striped operations are
+// applied (a flush of every link stream that began after they were
+// queued returned).
+func (l *Link) stripesApplied(gen uint64) {
+	for ok := l.stripeOK.Load(); ok < gen && !l.stripeOK.CompareAndSwap(ok, gen); ok = l.stripeOK.Load() {
+	}
+}
+
 // Put writes src at off of the peer's segment. It returns when src may be
 // reused, not when the data has arrived (that is Flush's job). A small
 // src (up to 2 KiB) is copied and leaves with the next frame sent on the
@@ -188,6 +232,9 @@ func (l *Link) put(sts []*stream, off uint64, src []byte, blocking bool) error {
 	}
 	var buf [maxStreams]part
 	ps := plan(sts, off, len(src), &buf)
+	if err := l.order(sts, len(ps) > 1); err != nil {
+		return err
+	}
 	if len(ps) == 1 {
 		mode := sendLater
 		switch {
@@ -214,6 +261,7 @@ func (l *Link) put(sts []*stream, off uint64, src []byte, blocking bool) error {
 		}
 		seqs[i] = seq
 	}
+	l.striped.Add(1) // after the parts are queued: see order
 	if blocking {
 		for i := 1; i < len(ps); i++ {
 			if err := l.opErr(ps[i].st.q.wait(seqs[i])); err != nil {
@@ -298,6 +346,9 @@ func (l *Link) putBlocks(sts []*stream, off uint64, dstStride int, src []byte, s
 		}
 		return nil
 	}
+	if err := l.order(sts, false); err != nil {
+		return err
+	}
 	q := sts[0].q
 	for k := 0; k < n; {
 		b, err := q.open()
@@ -344,6 +395,9 @@ func (l *Link) putSignal(sts []*stream, off uint64, src []byte, sigOff uint64, a
 	}
 	if sigOff%8 != 0 {
 		return fmt.Errorf("netmesh: put-signal signal at offset %d on PE %d: not 8-byte aligned: %w", sigOff, l.rank, errs.Invalid)
+	}
+	if err := l.order(sts, false); err != nil {
+		return err
 	}
 	op := byte(signalSet)
 	if add {
@@ -393,7 +447,12 @@ func (l *Link) get(sts []*stream, dst []byte, off uint64, blocking bool) error {
 	if err := l.checkRange("get", off, len(dst)); err != nil || len(dst) == 0 {
 		return err
 	}
-	if len(sts) == 1 && len(dst) <= MaxPayload {
+	var buf [maxStreams]part
+	ps := plan(sts, off, len(dst), &buf)
+	if err := l.order(sts, len(ps) > 1); err != nil {
+		return err
+	}
+	if len(ps) == 1 && len(dst) <= MaxPayload {
 		// The common case: one request, one reply.
 		c := getCall()
 		c.kind, c.dst, c.nbi = typeGet, dst, !blocking
@@ -408,10 +467,9 @@ func (l *Link) get(sts []*stream, dst []byte, off uint64, blocking bool) error {
 		putCall(c)
 		return l.waitErr(err, "get", len(dst), off)
 	}
-	var buf [maxStreams]part
 	var calls []*call
 	var first error
-	for _, p := range plan(sts, off, len(dst), &buf) {
+	for _, p := range ps {
 		for lo := 0; lo < p.n; lo += MaxPayload {
 			n := min(MaxPayload, p.n-lo)
 			c := getCall()
@@ -431,14 +489,32 @@ func (l *Link) get(sts []*stream, dst []byte, off uint64, blocking bool) error {
 			break
 		}
 	}
+	if len(ps) > 1 && !blocking {
+		l.striped.Add(1) // a blocking one is complete when it returns
+	}
 	for _, c := range calls {
+		q, mark := c.st.q, c.mark
 		err := l.wait(c)
 		putCall(c)
-		if err != nil && first == nil {
-			first = l.waitErr(err, "get", len(dst), off)
+		if err != nil {
+			if first == nil {
+				first = l.waitErr(err, "get", len(dst), off)
+			}
+			continue
 		}
+		// The reply came after every frame queued before the GET on its
+		// stream was applied: as good as a flush of them, so the next
+		// striped operation need not flush them (order).
+		markFlushed(q, mark)
 	}
 	return first
+}
+
+// markFlushed records that the peer applied the first mark frames
+// counted on q.
+func markFlushed(q *sendQueue, mark uint64) {
+	for f := q.flushed.Load(); f < mark && !q.flushed.CompareAndSwap(f, mark); f = q.flushed.Load() {
+	}
 }
 
 // request enters c in the call table and queues the request frame that
@@ -466,8 +542,9 @@ func (l *Link) request(c *call, enc func([]byte) []byte, blocking bool) error {
 	old := len(b.buf)
 	b.buf = enc(b.buf)
 	b.addBuf(old)
+	c.mark = 0
 	if c.kind != typeFlush {
-		q.sent.Add(1) // a FLUSH is not itself something to flush
+		c.mark = q.sent.Add(1) // a FLUSH is not itself something to flush
 	}
 	mode := sendLater
 	if blocking {
@@ -537,6 +614,9 @@ func (l *Link) atomic(sts []*stream, width int, op AtomicOp, off, v, cond uint64
 	if err != nil {
 		return 0, err
 	}
+	if err := l.order(sts, false); err != nil {
+		return 0, err
+	}
 	c := getCall()
 	c.kind, c.width = typeAtomic, byte(width)
 	c.on(sts[0])
@@ -562,6 +642,9 @@ func (l *Link) AtomicNBI(width int, op AtomicOp, off, v, cond uint64, dst *uint6
 func (l *Link) atomicNBI(sts []*stream, width int, op AtomicOp, off, v, cond uint64, dst *uint64) error {
 	v, cond, err := l.checkAtomic(width, op, off, v, cond)
 	if err != nil {
+		return err
+	}
+	if err := l.order(sts, false); err != nil {
 		return err
 	}
 	if dst != nil {
@@ -602,6 +685,9 @@ func (l *Link) Signal(off, v uint64) error {
 	if _, _, err := l.checkAtomic(8, OpSet, off, v, 0); err != nil {
 		return err
 	}
+	if err := l.order(l.streams, false); err != nil {
+		return err
+	}
 	return l.atomicNoReply(l.streams[0], 8, OpSet, off, v, 0, false, sendNow)
 }
 
@@ -616,10 +702,24 @@ func (l *Link) Signal(off, v uint64) error {
 // takes the link down (errs.PeerLost) before Flush returns: the
 // non-blocking GETs and fetching atomics it was to complete fail, and no
 // reply is written into their destinations after Flush returned.
-func (l *Link) Flush() error { return l.flush(l.streams) }
+func (l *Link) Flush() error {
+	gen := l.striped.Load()
+	if err := l.flush(l.streams); err != nil {
+		return err
+	}
+	l.stripesApplied(gen)
+	return nil
+}
 
 // FlushAll is Flush for the link's own streams and every channel's.
-func (l *Link) FlushAll() error { return l.flush(l.allStreams()) }
+func (l *Link) FlushAll() error {
+	gen := l.striped.Load()
+	if err := l.flush(l.allStreams()); err != nil {
+		return err
+	}
+	l.stripesApplied(gen)
+	return nil
+}
 
 // flush is Flush for the streams sts.
 func (l *Link) flush(sts []*stream) error {
@@ -673,9 +773,7 @@ func (l *Link) flush(sts []*stream) error {
 			timedOut = timedOut || err == errWaitTimeout
 			continue
 		}
-		q := sts[i].q
-		for f := q.flushed.Load(); f < marks[i] && !q.flushed.CompareAndSwap(f, marks[i]); f = q.flushed.Load() {
-		}
+		markFlushed(sts[i].q, marks[i])
 	}
 	if timedOut {
 		// The non-blocking GETs and fetching atomics that this Flush was
@@ -728,16 +826,11 @@ func outstanding(sts []*stream) bool {
 }
 
 // Fence orders the operations queued before it before those queued after
-// it. With one stream it is free (the stream is ordered); with several it
-// is a Flush, since striped parts travel on different streams.
+// it. It is free: a stream is ordered, and the link keeps striped
+// transfers in order with everything else (see order).
 func (l *Link) Fence() error { return l.fence(l.streams) }
 
-func (l *Link) fence(sts []*stream) error {
-	if len(sts) == 1 {
-		return l.Err()
-	}
-	return l.flush(sts)
-}
+func (l *Link) fence(sts []*stream) error { return l.Err() }
 
 // shutdown is the link's part of Close: goodbye on every stream, wait
 // (bounded) for the peer's goodbye or end of stream, close.

@@ -21,7 +21,12 @@ type rawPeer struct {
 // rawJob starts PE 1 of a 2-PE job and connects a raw peer to it as PE 0.
 func rawJob(t testing.TB, memSize int, edit func(*Config)) (*tpe, *rawPeer) {
 	t.Helper()
-	p := newPE(t, 1, 2, memSize, "127.0.0.1", edit)
+	p := newPE(t, 1, 2, memSize, "127.0.0.1", func(c *Config) {
+		c.Streams = 1 // the raw peer speaks one stream
+		if edit != nil {
+			edit(c)
+		}
+	})
 	t.Cleanup(func() { p.m.Close() })
 	done := make(chan error, 1)
 	go func() { done <- p.m.Connect(context.Background(), map[int]string{0: ""}) }()

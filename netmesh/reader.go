@@ -146,11 +146,14 @@ func (st *stream) serve(c *call) error {
 			return err
 		}
 		if h := testhook.Apply.Load(); h != nil {
-			slot := -1
-			if st.chanSlot >= 0 && !st.dialled {
-				slot = st.chanSlot
+			slot, idx := -1, st.idx
+			if st.chanSlot >= 0 {
+				idx = -1
+				if !st.dialled {
+					slot = st.chanSlot
+				}
 			}
-			(*h)(st.l.m.cfg.Rank, st.l.rank, slot)
+			(*h)(st.l.m.cfg.Rank, st.l.rank, slot, idx)
 		}
 		if err := st.apply(t, st.buf[st.r:st.r+hl], c); err != nil {
 			return err

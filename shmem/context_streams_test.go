@@ -23,7 +23,7 @@ func TestContextQuietNotBehindAnother(t *testing.T) {
 		release = make(chan struct{})
 		once    sync.Once
 	)
-	hold := func(rank, from, slot int) {
+	hold := func(rank, from, slot, _ int) {
 		if rank != 1 || from != 0 || slot < 0 {
 			return
 		}
