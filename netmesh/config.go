@@ -53,7 +53,7 @@ type Config struct {
 	Misses    int
 
 	// Streams is the number of connections per pair (GOSHMEM_STREAMS):
-	// PUT and GET payloads of 256 KiB or more are striped across them.
+	// PUT and GET payloads of 1 MiB (stripeMin) or more are striped across them.
 	// Both ends must agree. 0 means defaultStreams (1); at most 64.
 	Streams int
 

@@ -129,16 +129,19 @@ const (
 	// defaultChanStreams is Config.ChanStreams' default.
 	defaultChanStreams = 16
 	// defaultStreams: one. Two streams carry a striped 1 MiB put or get in
-	// about 0.7 of one stream's time on loopback, but 256 KiB ones took
-	// longer and 4 MiB ones no shorter (docs/performance.md, "Large
-	// transfers over TCP").
+	// about 0.6-0.75 of one stream's time on loopback, but 4 MiB ones no
+	// faster, and 8-byte put + quiet and fetch-add were slower with two
+	// (docs/performance.md, "Large transfers over TCP").
 	defaultStreams = 1
 	// handshakeTimeout bounds one connection's whole handshake (the
 	// smaller of this and Config.Timeout).
 	handshakeTimeout = 10 * time.Second
 	// stripeMin: with Streams > 1, PUT and GET payloads of at least this
-	// many bytes are split across the pair's streams.
-	stripeMin = 256 << 10
+	// many bytes are split across the pair's streams. On loopback a
+	// striped 256 or 512 KiB put + quiet took about twice as long as one
+	// on one stream, a 1 MiB one about 0.75 times (docs/performance.md,
+	// "Large transfers over TCP").
+	stripeMin = 1 << 20
 	// stripeAlign: stripe boundaries fall on multiples of this.
 	stripeAlign = 4 << 10
 	// copyMax: payloads up to this size are copied into the send buffer

@@ -495,10 +495,10 @@ func TestNoLeaks(t *testing.T) {
 		}
 		connectAll(t, pes)
 		l := link(t, pes, 0, 2)
-		if err := l.PutNBI(0, make([]byte, 512<<10)); err != nil {
+		if err := l.PutNBI(0, make([]byte, stripeMin)); err != nil { // striped
 			t.Fatal(err)
 		}
-		if err := l.GetNBI(make([]byte, 300<<10), 0); err != nil {
+		if err := l.GetNBI(make([]byte, stripeMin), 0); err != nil {
 			t.Fatal(err)
 		}
 		if err := l.Flush(); err != nil {

@@ -35,7 +35,7 @@ func TestStripedExact(t *testing.T) {
 			var nbiBufs [][]byte // must stay unchanged until the next Flush
 			var gets []func() error
 			for step := 0; step < 60; step++ {
-				n := stripeMin + rng.IntN(3*stripeMin)
+				n := stripeMin + rng.IntN(2*stripeMin)
 				if rng.IntN(3) == 0 {
 					n = 1 + rng.IntN(3000)
 				}

@@ -46,7 +46,7 @@ var _ = register("striped-transfers", func(pe *shmem.PE) error {
 	var pending []check // non-blocking gets, valid after the next Quiet
 	var keep [][]byte   // sources of non-blocking puts, untouched until the next Quiet
 	for step := 0; step < 40; step++ {
-		n := 256<<10 + rng.IntN(1<<20)
+		n := 1<<20 + rng.IntN(1<<20)
 		if rng.IntN(4) == 0 {
 			n = 1 + rng.IntN(5000)
 		}
@@ -122,7 +122,7 @@ func stripedModel(rank, size int) []byte {
 	model := make([]byte, size)
 	rng := rand.New(rand.NewPCG(uint64(rank), 10))
 	for step := 0; step < 40; step++ {
-		n := 256<<10 + rng.IntN(1<<20)
+		n := 1<<20 + rng.IntN(1<<20)
 		if rng.IntN(4) == 0 {
 			n = 1 + rng.IntN(5000)
 		}
