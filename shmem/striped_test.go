@@ -45,18 +45,10 @@ var _ = register("striped-transfers", func(pe *shmem.PE) error {
 	}
 	var pending []check // non-blocking gets, valid after the next Quiet
 	var keep [][]byte   // sources of non-blocking puts, untouched until the next Quiet
-	for step := 0; step < 40; step++ {
-		n := 1<<20 + rng.IntN(1<<20)
-		if rng.IntN(4) == 0 {
-			n = 1 + rng.IntN(5000)
-		}
-		off := rng.IntN(size - n + 1)
-		src := make([]byte, n)
-		for i := range src {
-			src[i] = byte(rng.Uint32())
-		}
+	for step := 0; step < stripedSteps; step++ {
+		kind, off, n, src := stripedStep(rng, size)
 		var err error
-		switch rng.IntN(5) {
+		switch kind {
 		case 0, 1:
 			err = shmem.Put(buf.Slice(off, off+n), src, right)
 			copy(model[off:], src)
@@ -121,22 +113,31 @@ var _ = register("striped-transfers", func(pe *shmem.PE) error {
 func stripedModel(rank, size int) []byte {
 	model := make([]byte, size)
 	rng := rand.New(rand.NewPCG(uint64(rank), 10))
-	for step := 0; step < 40; step++ {
-		n := 1<<20 + rng.IntN(1<<20)
-		if rng.IntN(4) == 0 {
-			n = 1 + rng.IntN(5000)
-		}
-		off := rng.IntN(size - n + 1)
-		src := make([]byte, n)
-		for i := range src {
-			src[i] = byte(rng.Uint32())
-		}
-		if k := rng.IntN(5); k <= 2 {
+	for step := 0; step < stripedSteps; step++ {
+		if kind, off, _, src := stripedStep(rng, size); kind <= 2 {
 			copy(model[off:], src)
 		}
-		rng.IntN(10)
+		rng.IntN(10) // the Quiet draw
 	}
 	return model
+}
+
+const stripedSteps = 40
+
+// stripedStep draws one step of the striped-transfers sequence: its kind
+// (0-1 put, 2 non-blocking put, 3 get, 4 non-blocking get), the range,
+// and the bytes a put writes.
+func stripedStep(rng *rand.Rand, size int) (kind, off, n int, src []byte) {
+	n = 1<<20 + rng.IntN(1<<20)
+	if rng.IntN(4) == 0 {
+		n = 1 + rng.IntN(5000)
+	}
+	off = rng.IntN(size - n + 1)
+	src = make([]byte, n)
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	return rng.IntN(5), off, n, src
 }
 
 func firstDiff(a, b []byte) int {
