@@ -278,8 +278,9 @@ const pollMax = 32
 // and must not call a blocking Link method.
 //
 // A stream's token is handed on at once to a caller that queues for it
-// (a Get or Flush of another goroutine), and a poller never blocks in a
-// read, so Poll delays nobody's reply. Goroutines that poll at the same
+// (a Get or Flush of another goroutine), and a poller blocks in a read
+// only for the rest of a frame it has begun (reader.go, stream.loud), so
+// Poll delays nobody's reply. Goroutines that poll at the same
 // time share the streams: each polls the free ones.
 func (m *Mesh) Poll(d time.Duration, done func() bool) bool {
 	m.Push()
