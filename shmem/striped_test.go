@@ -46,8 +46,33 @@ var _ = register("striped-transfers", func(pe *shmem.PE) error {
 	}
 	var pending []check // non-blocking gets, valid after the next Quiet
 	var keep [][]byte   // sources of non-blocking puts, untouched until the next Quiet
+	settle := func(step int) error {
+		if err := pe.Quiet(); err != nil {
+			return err
+		}
+		for _, c := range pending {
+			if !bytes.Equal(c.got, c.want) {
+				return fmt.Errorf("step %d: non-blocking get of %d bytes at %d from PE %d differs from program order", step, len(c.got), c.off, right)
+			}
+		}
+		pending, keep = nil, nil
+		return nil
+	}
 	for step := 0; step < stripedSteps; step++ {
 		kind, off, n, src := stripedStep(rng, size)
+		// Known bug (docs/memory-model.md,
+		// "Gets over TCP"): a large reply is read from the target's
+		// segment when it is written, so a put that follows a pending
+		// non-blocking get into the same bytes can show in the get. Until
+		// that is fixed, such a put is preceded by a Quiet.
+		for _, c := range pending {
+			if kind <= 2 && off < c.off+len(c.got) && c.off < off+n {
+				if err := settle(step); err != nil {
+					return err
+				}
+				break
+			}
+		}
 		var err error
 		switch kind {
 		case 0, 1:
@@ -71,15 +96,9 @@ var _ = register("striped-transfers", func(pe *shmem.PE) error {
 			return err
 		}
 		if rng.IntN(10) == 0 {
-			if err := pe.Quiet(); err != nil {
+			if err := settle(step); err != nil {
 				return err
 			}
-			for _, c := range pending {
-				if !bytes.Equal(c.got, c.want) {
-					return fmt.Errorf("step %d: non-blocking get of %d bytes at %d from PE %d differs from program order", step, len(c.got), c.off, right)
-				}
-			}
-			pending, keep = nil, nil
 		}
 	}
 	if err := pe.Fence(); err != nil {
