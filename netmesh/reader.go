@@ -56,7 +56,7 @@ func (st *stream) fill(n int, c *call, at bool) error {
 		if at {
 			k, err = st.readIdle(c)
 		} else {
-			st.loud()
+			st.loud() // a quiet poller's wait must wake (watch.go)
 			k, err = st.conn.Read(st.buf[st.w:])
 		}
 		if k > 0 {
@@ -78,31 +78,13 @@ func (st *stream) fill(n int, c *call, at bool) error {
 	return nil
 }
 
-// loud makes a quiet socket (watch.go: a poller holds the read token)
-// signal arrivals again before its holder reads the rest of a frame with
-// conn.Read, which parks in Go's netpoller when nothing is queued: a
-// quiet socket signals no readiness until quietLowat bytes are queued,
-// so the rest of a frame shorter than that would wait for the peer's
-// next bytes (a heartbeat, seconds later). The socket becomes quiet
-// again when the token next changes hands (watchLocked); meanwhile an
-// arrival may wake the reader goroutine, which finds the token held.
-func (st *stream) loud() {
-	st.rmu.Lock()
-	if st.w8.quiet {
-		st.w8.setQuiet(st, false)
-	}
-	st.rmu.Unlock()
-}
-
 // payload reads len(dst) bytes into dst: first what is buffered, then
 // straight from the socket.
 func (st *stream) payload(dst []byte) error {
 	k := copy(dst, st.buf[st.r:st.w])
 	st.r += k
-	if k < len(dst) {
-		st.loud()
-	}
 	for rest := dst[k:]; len(rest) > 0; {
+		st.loud()
 		n, err := st.conn.Read(rest)
 		if n > 0 {
 			st.recvs.Add(1)
@@ -149,6 +131,7 @@ func (st *stream) notify(off, n uint64) {
 // of its type (apply.go) before the next is read.
 func (st *stream) serve(c *call) error {
 	for {
+		st.quietAgain() // at a frame boundary: a poller's socket is quiet again
 		if st.yield(c) {
 			return errYield
 		}

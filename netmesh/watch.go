@@ -58,6 +58,7 @@ type watcher struct {
 	woken  bool // under rmu: a deadline in the past is set on f
 	closed bool // under rmu: f is closed (the reader goroutine ended)
 	quiet  bool // under rmu: the socket's receive low-water mark is quietLowat
+	loud   bool // under rmu: quiet, but the mark is 1 for a wait inside a frame (stream.loud)
 
 	ev    unix.EpollEvent // argument of ctl
 	op    int
@@ -143,12 +144,48 @@ func (w *watcher) setQuiet(st *stream, on bool) bool {
 	if w.quiet == on {
 		return true
 	}
-	w.quiet = on
+	w.quiet, w.loud = on, false
 	w.lowat = 1
 	if on {
 		w.lowat = quietLowat
 	}
 	return st.raw.Control(w.lowFn) == nil && w.cerr == nil
+}
+
+// loud lowers a quiet socket's mark to 1 for a holder about to wait in
+// the netpoller inside a frame (conn.Read): below quietLowat bytes the
+// kernel would not wake it, and a rest of a frame shorter than that
+// would wait for the peer's next bytes (TestPollerReadsSplitPayload). The token still wants the socket quiet,
+// and w.quiet stays set, so that freeing the token still lowers the mark
+// with a system call, which announces bytes queued meanwhile (arrivals
+// while loud signal the reader goroutine too, which finds the token
+// held). quietAgain raises it at the next frame boundary. Only the
+// token's holder calls them, so w.quiet and w.loud are read without
+// rmu: only a holder changes them.
+func (st *stream) loud() {
+	w := &st.w8
+	if !w.quiet || w.loud {
+		return
+	}
+	st.rmu.Lock()
+	w.loud, w.lowat = true, 1
+	st.raw.Control(w.lowFn) // a failure shows as the read's
+	st.rmu.Unlock()
+}
+
+// quietAgain raises the mark that loud lowered.
+func (st *stream) quietAgain() {
+	w := &st.w8
+	if !w.loud {
+		return
+	}
+	st.rmu.Lock()
+	w.loud = false
+	if w.quiet {
+		w.lowat = quietLowat
+		st.raw.Control(w.lowFn)
+	}
+	st.rmu.Unlock()
 }
 
 func (w *watcher) lowatCtl(fd uintptr) {
