@@ -243,19 +243,7 @@ func TestReleaseAppliesBufferedFrame(t *testing.T) {
 	st := p.m.Link(0).streams[0]
 
 	// Hold the token as the reader goroutine does while it serves.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st.rmu.Lock()
-		if st.takeLocked(heldReader, nil) {
-			st.rmu.Unlock()
-			break
-		}
-		st.rmu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatal("the stream's read token never came free")
-		}
-		runtime.Gosched()
-	}
+	deadline := holdToken(t, st, heldReader)
 	// Read a whole PUT ahead into the stream's buffer, as a holder does.
 	r.send(append(appendPut(nil, 64, 8), bytes.Repeat([]byte{0xAB}, 8)...))
 	st.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -299,19 +287,7 @@ func TestReleaseAppliesBufferedFrame(t *testing.T) {
 func TestPollerReleaseAnnounces(t *testing.T) {
 	p, r := rawJob(t, 1<<16, func(c *Config) { c.Heartbeat = time.Hour })
 	st := p.m.Link(0).streams[0]
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st.rmu.Lock()
-		if st.takeLocked(heldPoller, nil) {
-			st.rmu.Unlock()
-			break
-		}
-		st.rmu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatal("the stream's read token never came free")
-		}
-		runtime.Gosched()
-	}
+	deadline := holdToken(t, st, heldPoller)
 	st.rmu.Lock()
 	armed, quiet := st.w8.armed, st.w8.quiet
 	st.rmu.Unlock()
@@ -351,5 +327,24 @@ func TestPollerReleaseAnnounces(t *testing.T) {
 	p.sync()
 	if !bytes.Equal(p.mem[64:72], bytes.Repeat([]byte{0xCD}, 8)) {
 		t.Fatalf("segment %x after the PUT", p.mem[64:72])
+	}
+}
+
+// holdToken takes st's read token as a holder of kind k once it is free
+// (within 5 s) and returns the test's deadline, 5 s from now.
+func holdToken(t *testing.T, st *stream, k holderKind) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st.rmu.Lock()
+		if st.takeLocked(k, nil) {
+			st.rmu.Unlock()
+			return deadline
+		}
+		st.rmu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the stream's read token never came free")
+		}
+		runtime.Gosched()
 	}
 }
