@@ -200,56 +200,41 @@ var _ = register("context-streams", func(pe *shmem.PE) error {
 	if err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	errc := make(chan error, workers)
-	for g := 0; g < workers; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := pe.NewContext()
-			if err != nil {
-				errc <- err
-				return
-			}
-			defer c.Close()
-			d, cn := data.Via(c), counters.Via(c)
-			for r := 0; r < rounds; r++ {
-				for k := 1; k < np; k++ {
-					t := (me + k) % np
-					v := int64(me*1_000_000 + g*1000 + r)
-					if err := shmem.PutNBI(d.Slice(me*workers+g, me*workers+g+1), []int64{v}, t); err != nil {
-						errc <- err
-						return
-					}
-					var old int64
-					if err := shmem.AtomicFetchAddNBI(&old, cn, g, 1, t); err != nil {
-						errc <- err
-						return
-					}
-					if err := c.Quiet(); err != nil {
-						errc <- err
-						return
-					}
-					got, err := shmem.G(d, me*workers+g, t)
-					if err != nil {
-						errc <- err
-						return
-					}
-					if got != v {
-						errc <- fmt.Errorf("PE %d goroutine %d round %d: PE %d holds %d, want %d", me, g, r, t, got, v)
-						return
-					}
-					if old < int64(r) { // this goroutine's own adds so far to t, at least
-						errc <- fmt.Errorf("PE %d goroutine %d round %d: counter at PE %d was %d before its add", me, g, r, t, old)
-						return
-					}
+	if err := inGoroutines(workers, func(g int) error {
+		c, err := pe.NewContext()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		d, cn := data.Via(c), counters.Via(c)
+		for r := 0; r < rounds; r++ {
+			for k := 1; k < np; k++ {
+				t := (me + k) % np
+				v := int64(me*1_000_000 + g*1000 + r)
+				if err := shmem.PutNBI(d.Slice(me*workers+g, me*workers+g+1), []int64{v}, t); err != nil {
+					return err
+				}
+				var old int64
+				if err := shmem.AtomicFetchAddNBI(&old, cn, g, 1, t); err != nil {
+					return err
+				}
+				if err := c.Quiet(); err != nil {
+					return err
+				}
+				got, err := shmem.G(d, me*workers+g, t)
+				if err != nil {
+					return err
+				}
+				if got != v {
+					return fmt.Errorf("PE %d goroutine %d round %d: PE %d holds %d, want %d", me, g, r, t, got, v)
+				}
+				if old < int64(r) { // this goroutine's own adds so far to t, at least
+					return fmt.Errorf("PE %d goroutine %d round %d: counter at PE %d was %d before its add", me, g, r, t, old)
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	close(errc)
-	for err := range errc {
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
 	if err := pe.BarrierAll(); err != nil {

@@ -95,38 +95,27 @@ func TestContextsConcurrent(t *testing.T) {
 			mu.Lock()
 			ctxOf0 = c
 			mu.Unlock()
-			var wg sync.WaitGroup
-			errc := make(chan error, n)
-			for target := 1; target < n; target++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					c, err := pe.NewContext()
-					if err != nil {
-						errc <- err
-						return
+			if err := inGoroutines(n-1, func(i int) error {
+				target := i + 1
+				c, err := pe.NewContext()
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				h := s.Via(c)
+				for i := int64(1); i <= rounds; i++ {
+					if err := shmem.P(h, 0, i, target); err != nil {
+						return err
 					}
-					defer c.Close()
-					h := s.Via(c)
-					for i := int64(1); i <= rounds; i++ {
-						if err := shmem.P(h, 0, i, target); err != nil {
-							errc <- err
-							return
-						}
-						if err := c.Quiet(); err != nil {
-							errc <- err
-							return
-						}
-						if v, err := shmem.G(h, 0, target); err != nil || v != i {
-							errc <- fmt.Errorf("target %d round %d: read %d, %v", target, i, v, err)
-							return
-						}
+					if err := c.Quiet(); err != nil {
+						return err
 					}
-				}()
-			}
-			wg.Wait()
-			close(errc)
-			for err := range errc {
+					if v, err := shmem.G(h, 0, target); err != nil || v != i {
+						return fmt.Errorf("target %d round %d: read %d, %v", target, i, v, err)
+					}
+				}
+				return nil
+			}); err != nil {
 				return err
 			}
 		}

@@ -3,6 +3,7 @@ package shmem_test
 import (
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,4 +87,26 @@ func each(t *testing.T, name string, counts ...int) {
 			})
 		}
 	}
+}
+
+// inGoroutines runs f(0), ..., f(n-1), each in a goroutine of its own,
+// and returns the first error any of them returned once all have.
+func inGoroutines(n int, f func(i int) error) error {
+	var wg sync.WaitGroup
+	errc := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errc <- f(i)
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -143,42 +142,30 @@ var _ = register("contexts", func(pe *shmem.PE) error {
 	if err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	errc := make(chan error, g)
-	for gi := 0; gi < g; gi++ {
-		wg.Add(1)
-		go func(gi int) {
-			defer wg.Done()
-			ctx, err := pe.NewContext()
-			if err != nil {
-				errc <- err
-				return
-			}
-			mine := s.Via(ctx).Slice(me*g+gi, me*g+gi+1)
-			for i := 1; i <= k; i++ {
-				for t := 0; t < np; t++ {
-					if err := shmem.Put(mine, []int64{int64(i)}, t); err != nil {
-						errc <- err
-						return
-					}
-				}
-				if err := ctx.Quiet(); err != nil {
-					errc <- err
-					return
+	if err := inGoroutines(g, func(gi int) error {
+		ctx, err := pe.NewContext()
+		if err != nil {
+			return err
+		}
+		mine := s.Via(ctx).Slice(me*g+gi, me*g+gi+1)
+		for i := 1; i <= k; i++ {
+			for t := 0; t < np; t++ {
+				if err := shmem.Put(mine, []int64{int64(i)}, t); err != nil {
+					return err
 				}
 			}
-			if err := ctx.Close(); err != nil {
-				errc <- err
-				return
+			if err := ctx.Quiet(); err != nil {
+				return err
 			}
-			if err := shmem.Put(mine, []int64{1}, 0); !errors.Is(err, shmem.ErrFinalized) {
-				errc <- fmt.Errorf("put through a closed context: %v", err)
-			}
-		}(gi)
-	}
-	wg.Wait()
-	close(errc)
-	for err := range errc {
+		}
+		if err := ctx.Close(); err != nil {
+			return err
+		}
+		if err := shmem.Put(mine, []int64{1}, 0); !errors.Is(err, shmem.ErrFinalized) {
+			return fmt.Errorf("put through a closed context: %v", err)
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
 	if err := pe.BarrierAll(); err != nil {

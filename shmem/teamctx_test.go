@@ -3,7 +3,6 @@ package shmem_test
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -160,40 +159,28 @@ var _ = register("team-contexts", func(pe *shmem.PE) error {
 	// Goroutines, each with its own context of the reversed team, put,
 	// quiet and read back at once, each to its own element.
 	const workers, rounds = 4, 50
-	var wg sync.WaitGroup
-	errc := make(chan error, workers)
-	for g := 0; g < workers; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			gc, err := rev.NewContext()
-			if err != nil {
-				errc <- err
-				return
+	if err := inGoroutines(workers, func(g int) error {
+		gc, err := rev.NewContext()
+		if err != nil {
+			return err
+		}
+		defer gc.Close()
+		gh := s.Via(gc).Slice(np+4+g, np+5+g)
+		for r := 1; r <= rounds; r++ {
+			t := (myTeamPE + 1 + g) % np // a team number
+			v := int64(me*1_000_000 + g*1000 + r)
+			if err := shmem.AtomicSet(gh, 0, v, t); err != nil {
+				return err
 			}
-			defer gc.Close()
-			gh := s.Via(gc).Slice(np+4+g, np+5+g)
-			for r := 1; r <= rounds; r++ {
-				t := (myTeamPE + 1 + g) % np // a team number
-				v := int64(me*1_000_000 + g*1000 + r)
-				if err := shmem.AtomicSet(gh, 0, v, t); err != nil {
-					errc <- err
-					return
-				}
-				if err := gc.Quiet(); err != nil {
-					errc <- err
-					return
-				}
-				if got, err := shmem.AtomicFetch(gh, 0, t); err != nil || got != v {
-					errc <- fmt.Errorf("goroutine %d round %d on team PE %d: read %d, %v, want %d", g, r, t, got, err, v)
-					return
-				}
+			if err := gc.Quiet(); err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	close(errc)
-	for err := range errc {
+			if got, err := shmem.AtomicFetch(gh, 0, t); err != nil || got != v {
+				return fmt.Errorf("goroutine %d round %d on team PE %d: read %d, %v, want %d", g, r, t, got, err, v)
+			}
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
 	if err := pe.BarrierAll(); err != nil {
@@ -328,78 +315,65 @@ var _ = register("context-pipelines", func(pe *shmem.PE) error {
 		return err
 	}
 	val := func(from, g, r, k int) int64 { return int64(from*1_000_000 + g*10_000 + r*100 + k) }
-	var wg sync.WaitGroup
-	errc := make(chan error, workers)
-	for g := 0; g < workers; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errc <- func() error {
-				c, to, back := (*shmem.Context)(nil), right, left
-				var err error
-				if g%2 == 0 {
-					c, err = pe.NewContext()
-				} else {
-					c, err = rev.NewContext()
-					to, back = np-1-right, np-1-left // the neighbours' numbers in the reversed team
-				}
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				mine := data.Slice(g*region, (g+1)*region)
-				h := mine.Via(c)
-				stamp, ack := sigs.Slice(g, g+1), sigs.Slice(workers+g, workers+g+1)
-				src := make([]int64, nblocks*block)
-				for r := 1; r <= rounds; r++ {
-					for k := range src {
-						src[k] = val(me, g, r, k)
-					}
-					if err := shmem.IBPut(h, stride, src, block, block, nblocks, to); err != nil {
-						return err
-					}
-					if err := shmem.PutSignalNBI(h.Slice(region-1, region), []int64{int64(r)}, stamp, uint64(r), shmem.SignalSet, to); err != nil {
-						return err
-					}
-					if err := c.Quiet(); err != nil {
-						return err
-					}
-					// Receive round r from the left neighbour's goroutine g.
-					if _, err := shmem.SignalWaitUntil(stamp, shmem.CmpGE, uint64(r)); err != nil {
-						return err
-					}
-					got := mine.Local()
-					if got[region-1] != int64(r) {
-						return fmt.Errorf("goroutine %d round %d: stamp %d", g, r, got[region-1])
-					}
-					for b := 0; b < nblocks; b++ {
-						for j := 0; j < block; j++ {
-							if w := val(left, g, r, b*block+j); got[b*stride+j] != w {
-								return fmt.Errorf("goroutine %d round %d: block %d element %d is %d, want %d", g, r, b, j, got[b*stride+j], w)
-							}
-						}
-					}
-					// Acknowledge to the left, then wait for the right's.
-					if err := shmem.SignalUpdate(ack.Via(c), uint64(r), shmem.SignalSet, back); err != nil {
-						return err
-					}
-					if err := c.Quiet(); err != nil {
-						return err
-					}
-					if _, err := shmem.SignalWaitUntil(ack, shmem.CmpGE, uint64(r)); err != nil {
-						return err
-					}
-				}
-				return nil
-			}()
-		}()
-	}
-	wg.Wait()
-	close(errc)
-	for err := range errc {
+	if err := inGoroutines(workers, func(g int) error {
+		c, to, back := (*shmem.Context)(nil), right, left
+		var err error
+		if g%2 == 0 {
+			c, err = pe.NewContext()
+		} else {
+			c, err = rev.NewContext()
+			to, back = np-1-right, np-1-left // the neighbours' numbers in the reversed team
+		}
 		if err != nil {
 			return err
 		}
+		defer c.Close()
+		mine := data.Slice(g*region, (g+1)*region)
+		h := mine.Via(c)
+		stamp, ack := sigs.Slice(g, g+1), sigs.Slice(workers+g, workers+g+1)
+		src := make([]int64, nblocks*block)
+		for r := 1; r <= rounds; r++ {
+			for k := range src {
+				src[k] = val(me, g, r, k)
+			}
+			if err := shmem.IBPut(h, stride, src, block, block, nblocks, to); err != nil {
+				return err
+			}
+			if err := shmem.PutSignalNBI(h.Slice(region-1, region), []int64{int64(r)}, stamp, uint64(r), shmem.SignalSet, to); err != nil {
+				return err
+			}
+			if err := c.Quiet(); err != nil {
+				return err
+			}
+			// Receive round r from the left neighbour's goroutine g.
+			if _, err := shmem.SignalWaitUntil(stamp, shmem.CmpGE, uint64(r)); err != nil {
+				return err
+			}
+			got := mine.Local()
+			if got[region-1] != int64(r) {
+				return fmt.Errorf("goroutine %d round %d: stamp %d", g, r, got[region-1])
+			}
+			for b := 0; b < nblocks; b++ {
+				for j := 0; j < block; j++ {
+					if w := val(left, g, r, b*block+j); got[b*stride+j] != w {
+						return fmt.Errorf("goroutine %d round %d: block %d element %d is %d, want %d", g, r, b, j, got[b*stride+j], w)
+					}
+				}
+			}
+			// Acknowledge to the left, then wait for the right's.
+			if err := shmem.SignalUpdate(ack.Via(c), uint64(r), shmem.SignalSet, back); err != nil {
+				return err
+			}
+			if err := c.Quiet(); err != nil {
+				return err
+			}
+			if _, err := shmem.SignalWaitUntil(ack, shmem.CmpGE, uint64(r)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
 	}
 	return pe.BarrierAll()
 })
