@@ -10,8 +10,10 @@ package collective
 //	           latest one); written and read by the member only
 //	1          this member's count in the Collect in progress, read by
 //	           the other members between the entry and exit exchanges
-//	2          ring steps this member has taken on the team (reduceRing);
-//	           written and read by the member only
+//	2          the base of this member's next step algorithm on the team
+//	           (the ring, the pair, recursive halving, the Reduce ring):
+//	           each call advances it by the signal values it uses, alike
+//	           on every member; written and read by the member only
 //	3          ring progress of this member's left neighbour: it stores
 //	           the count of ring steps it has finished; waits are for
 //	           word >= a count. Only grows.
@@ -19,8 +21,9 @@ package collective
 //	           the partner at distance 2^r only, which stores counts
 //	           from a per-call base; waits are for word >= a count.
 //	           Only grow.
-//	7          the base of this member's next such AllReduce; written
-//	           and read by the member only
+//	7          gathers this member has received as the root of the
+//	           Reduce ring (reduceRootRing): every other member adds 1
+//	           after its chunk; waits are for word >= a count. Only grows.
 //	8..39      exchange signals: word 8 + 16*parity + slot, where parity
 //	           is k%2. Flat teams (see geometry) use slot 0 only: a
 //	           counter to which every sender adds 1 after its message's
@@ -43,10 +46,10 @@ package collective
 const (
 	wordSeq     = 0
 	wordCount   = 1
-	wordRingSeq = 2
+	wordStepSeq = 2
 	wordRingIn  = 3
 	wordHalvIn  = 4 // to 6: distances 1, 2, 4
-	wordHalvSeq = 7
+	wordGather  = 7
 	halvingMax  = 8 // the largest team reduceHalving takes: 3 words
 	wordSignals = 8
 	slotsPer    = 16 // signal words per parity

@@ -26,7 +26,8 @@
 // members' buffers between an entry and an exit exchange, straight in
 // the peers' mapped heaps over shared memory, with no staging copy. On
 // teams that span hosts AllReduce pushes (halves on 2 members, recursive
-// halving and doubling on 4 or 8, a ring on the others) and a large
+// halving and doubling on 4 or 8, a ring on the others), Reduce pushes
+// a ring reduce-scatter and gathers the chunks to the root, and a large
 // Broadcast is a scatter and an allgather. docs/collectives.md has the
 // algorithms, the crossovers and the measured figures;
 // GOSHMEM_COLLECTIVE_ALGO (auto, rd, direct, ring, pushring, halving)
@@ -46,7 +47,11 @@
 //   - ExScan leaves member 0's dst holding the identity of the operator
 //     (0 for Sum, Or and Xor; 1 for Prod; all ones for And; the largest
 //     value for Min and the smallest for Max, ±Inf for floats).
-//   - Reduce writes the root's dst only; the others' dst are left alone.
+//   - Reduce writes the root's dst only; the others' dst are as they
+//     were when the call returns. (Across hosts, the others' dst are
+//     landing space during the call: each such member saves the part
+//     that is written before the entry exchange and writes it back
+//     before it returns; a call that fails midway may leave it written.)
 //   - A call that returns an error may have written part of dst on the
 //     members that got as far as the data movement (a peer lost midway);
 //     argument errors are found before any data moves.

@@ -70,6 +70,12 @@ var ownCases = []ownCase{
 	{"AllReduce halving, one host", "halving", "", 4, true, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
 		return AllReduce(t, dst.Slice(0, ownLen), src, Sum)
 	}},
+	{"Reduce ring + gather (hosts apart, root 1)", "", "remote", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
+		return Reduce(t, dst.Slice(0, ownLen), src, Sum, 1)
+	}},
+	{"Reduce ring + gather, one host (root n-1)", "pushring", "", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
+		return Reduce(t, dst.Slice(0, ownLen), src, Sum, n-1)
+	}},
 	{"Broadcast scatter + allgather (hosts apart, root 0)", "direct", "remote", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
 		return Broadcast(t, dst.Slice(0, ownLen), src, 0)
 	}},
@@ -166,6 +172,10 @@ type ownModel struct {
 	word    map[[2]int]int
 	inside  [][]bool // inside[i][pc]: member i is in a call before op pc
 	episode [][]int  // its call count so far
+	// shut[i][pc]: member i's dst is not open to the others before op
+	// pc although it is inside a call: the call saves the dst
+	// (reduceRootRing) and pc is not between the save and the restore.
+	shut [][]bool
 }
 
 func newOwnModel(t *testing.T, tr [][]traceOp, objs [2][2]uint64) *ownModel {
@@ -190,6 +200,29 @@ func newOwnModel(t *testing.T, tr [][]traceOp, objs [2][2]uint64) *ownModel {
 			}
 		}
 		m.inside[i][len(ops)], m.episode[i][len(ops)] = in, ep
+		// A call that saves its dst opens it at the save and shuts it at
+		// the restore.
+		m.shut = append(m.shut, make([]bool, len(ops)+1))
+		saves := false
+		for p := range ops {
+			switch ops[p].kind {
+			case tBegin:
+				saves = false
+				for _, o := range ops[p+1:] {
+					if o.kind == tEnd {
+						break
+					}
+					saves = saves || o.kind == tSave
+				}
+				m.shut[i][p+1] = saves
+			case tSave:
+				m.shut[i][p+1] = false
+			case tRestore:
+				m.shut[i][p+1] = saves
+			default:
+				m.shut[i][p+1] = m.shut[i][p]
+			}
+		}
 		if ep != 2 || in {
 			t.Fatalf("PE %d's trace has %d calls, ends inside %v", i, ep, in)
 		}
@@ -256,6 +289,10 @@ func (m *ownModel) steps(s ownState) []explore.Step[ownState] {
 			label, local = fmt.Sprintf("PE %d enters call %d", i, m.episode[i][p]+1), false
 		case tEnd:
 			label, local = fmt.Sprintf("PE %d returns from call %d", i, m.episode[i][p]), false
+		case tSave:
+			label, local = fmt.Sprintf("PE %d saves its dst in call %d", i, m.episode[i][p]), false
+		case tRestore:
+			label, local = fmt.Sprintf("PE %d restores its dst in call %d", i, m.episode[i][p]), false
 		case tWait:
 			w := m.word[[2]int{i, o.word}]
 			if s.w[w] < o.v {
@@ -283,6 +320,8 @@ func (m *ownModel) steps(s ownState) []explore.Step[ownState] {
 						where = fmt.Sprintf("inside call %d", m.episode[j][s.pc[j]])
 					}
 					nx.bad = fmt.Sprintf("PE %d in call %d %s PE %d's %s while PE %d is %s", i, m.episode[i][p], verb, j, b, j, where)
+				} else if b == "dst" && j != i && m.shut[j][s.pc[j]] {
+					nx.bad = fmt.Sprintf("PE %d in call %d %s PE %d's dst while PE %d has not saved it or has restored it", i, m.episode[i][p], verb, j, j)
 				}
 			}
 			if o.word >= 0 {
@@ -418,4 +457,27 @@ func TestExploreOwnershipMutantHalving(t *testing.T) {
 		t.Fatalf("halving without its last wait passed or failed otherwise: %v", err)
 	}
 	t.Logf("halving without its last wait:\n%v", f)
+}
+
+// TestExploreOwnershipMutantRootRing: reduceRootRing whose non-roots
+// restore their dst before their last chunk has landed
+// (mutantRootRingEarlyRestore) is caught with the left neighbour
+// writing into a dst already restored.
+func TestExploreOwnershipMutantRootRing(t *testing.T) {
+	var c ownCase
+	for _, o := range ownCases {
+		if strings.HasPrefix(o.name, "Reduce ring + gather, one host") {
+			c = o
+		}
+	}
+	mutantRootRingEarlyRestore = true
+	defer func() { mutantRootRingEarlyRestore = false }()
+	tr, objs := ownTraces(t, c, 3)
+	mutantRootRingEarlyRestore = false
+	_, err := newOwnModel(t, tr, objs).explore(false)
+	var f *explore.Failure
+	if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), "has restored it") {
+		t.Fatalf("the Reduce ring restoring early passed or failed otherwise: %v", err)
+	}
+	t.Logf("the Reduce ring restoring early:\n%v", f)
 }

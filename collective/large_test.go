@@ -82,6 +82,7 @@ func TestLarge(t *testing.T) {
 	each(t, "large", []route{goroutines}, nil, 1, 4)
 	each(t, "large", []route{goroutines}, []string{envAlgo + "=ring"}, 3)
 	each(t, "large", []route{goroutines}, []string{envAlgo + "=halving"}, 4)
+	each(t, "large", []route{goroutines}, []string{envAlgo + "=pushring"}, 3)
 	if !small {
 		each(t, "large", []route{tcp}, nil, 3)
 		each(t, "large", []route{mixed}, []string{envAlgo + "=ring"}, 4)

@@ -74,3 +74,10 @@ func halvingFits(n, parts int) bool {
 	}
 	return true
 }
+
+// ringUnwritten is the chunk of member me's dst that the reduce-scatter
+// half of the ring (ringStep's steps 0..parts-2) never writes: the one
+// it sends first, from its src, and never receives. Every other chunk
+// it receives exactly once. reduceRootRing saves and restores the rest
+// of a non-root's dst, which the reduce-scatter uses as landing space.
+func ringUnwritten(parts, me int) int { return (me + parts - 1) % parts }

@@ -2,6 +2,7 @@ package collective
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/goshmem/goshmem/shmem"
 )
@@ -15,7 +16,9 @@ func AllReduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op) error 
 }
 
 // Reduce is AllReduce with the result written on member root only; the
-// other members' dst are left alone.
+// other members' dst are as they were when the call returns (across
+// hosts they serve as landing space during the call, saved and written
+// back).
 func Reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int) error {
 	if root < 0 {
 		root = -2 // not "every member"; refused below as a bad root
@@ -53,6 +56,20 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	if c.useRD(n*sizeOf[T](), sizeOf[T]()) {
 		return reduceRD(&c, k, dst, src, op, root)
 	}
+	far := c.algo == algoAuto && c.spansHosts()
+	// Reduce by the ring across hosts (reduceRootRing) lands the
+	// reduce-scatter in every member's dst, and a non-root's dst must be
+	// as it was when the call returns: such a member saves it before the
+	// entry exchange lets anyone write it. Whether the path is taken is
+	// known only after that exchange (every member must have dst apart
+	// from src); when it is not, nobody wrote the dst and the copy is
+	// dropped.
+	rootRing := root >= 0 && c.n > 1 && (far || c.algo == algoPushRing)
+	var saved *dstCopy[T]
+	if rootRing && c.me != root && !overlaps(dst, src) {
+		saved = saveDst(&c, dst, n)
+		defer saved.release()
+	}
 	// The entry exchange of the large algorithms. Its header's minimum
 	// aux is 1 when no member reduces in place: then the others' dst
 	// may serve as landing space, and every member learns it alike.
@@ -65,8 +82,10 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	if err != nil {
 		return err
 	}
-	apart, far := h.minAux == 1, c.algo == algoAuto && c.spansHosts()
+	apart := h.minAux == 1
 	switch {
+	case root >= 0 && apart && rootRing:
+		return reduceRootRing(&c, k, dst, src, op, root, saved)
 	case root >= 0:
 	case c.n == 2 && far && apart:
 		return reducePair(&c, k, dst, src, op)
@@ -267,8 +286,8 @@ func reducePair[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) err
 	lo, hi := partition(n, 2, c.me)
 	olo, ohi := partition(n, 2, 1-c.me)
 	sl, dl := src.Local(), dst.Local()
-	base := c.lw[wordRingSeq]
-	c.lw[wordRingSeq] = base + 2
+	base := c.lw[wordStepSeq]
+	c.lw[wordStepSeq] = base + 2
 	sig := c.words.Slice(wordRingIn, wordRingIn+1)
 	traceSignal(c, dst.Slice(olo, ohi), other, wordRingIn, shmem.SignalSet, base+1)
 	if err := shmem.PutSignal(dst.Slice(olo, ohi), sl[olo:ohi], sig, base+1, shmem.SignalSet, other); err != nil {
@@ -304,9 +323,9 @@ func reducePair[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) err
 // one its left neighbour writes only in the allgather.
 func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) error {
 	n, np := src.Len(), c.n
-	base := c.lw[wordRingSeq]
+	base := c.lw[wordStepSeq]
 	steps := 2 * (np - 1)
-	c.lw[wordRingSeq] = base + uint64(steps)
+	c.lw[wordStepSeq] = base + uint64(steps)
 	left, right := c.world((c.me+np-1)%np), c.world((c.me+1)%np)
 	dl, sl := dst.Local(), src.Local()
 	var buf []T
@@ -361,9 +380,9 @@ func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) err
 // so, once its own last chunk has landed, it may return.
 func reducePushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) error {
 	n, np := src.Len(), c.n
-	base := c.lw[wordRingSeq]
+	base := c.lw[wordStepSeq]
 	steps := 2 * (np - 1)
-	c.lw[wordRingSeq] = base + uint64(steps)
+	c.lw[wordStepSeq] = base + uint64(steps)
 	right := c.world((c.me + 1) % np)
 	dl, sl := dst.Local(), src.Local()
 	sig := c.words.Slice(wordRingIn, wordRingIn+1)
@@ -410,7 +429,7 @@ func reducePushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op)
 //
 // Signals: member me's word wordHalvIn+log2(d) is written only by its
 // partner at distance d, with values from a per-call base (word
-// wordHalvSeq): base+1 in the reduce-scatter and base+2 in the
+// wordStepSeq): base+1 in the reduce-scatter and base+2 in the
 // allgather, except at d = n/2: base+1, then base+2 once that partner
 // has folded every slot of its own (the slots lie in the half the
 // allgather's last step overwrites, which waits for it), then base+3
@@ -420,8 +439,8 @@ func reducePushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op)
 // block has landed a member may return.
 func reduceHalving[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) error {
 	n, np := src.Len(), c.n
-	base := c.lw[wordHalvSeq]
-	c.lw[wordHalvSeq] = base + 3
+	base := c.lw[wordStepSeq]
+	c.lw[wordStepSeq] = base + 3
 	dl, sl := dst.Local(), src.Local()
 	word := func(d int) int {
 		w := wordHalvIn
@@ -487,4 +506,133 @@ func reduceHalving[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) 
 		}
 	}
 	return nil
+}
+
+// reduceRootRing is Reduce on a team that spans hosts (or under
+// GOSHMEM_COLLECTIVE_ALGO=pushring), when no member reduces in place:
+// the reduce-scatter of the pushing ring (ringStep's steps 0..n-2, as
+// in reducePushRing), after which member i holds chunk i finished in
+// its dst, then a gather: every member but the root puts its chunk into
+// the root's dst with one PutSignal, adding 1 to the root's wordGather,
+// and the root waits once for all of them. Each member sends (n-1)/n of
+// the vector in the reduce-scatter and 1/n in the gather, with one wait
+// per step, against the direct algorithm's Get of every remote chunk
+// (a round trip each) and its exit exchange.
+//
+// The reduce-scatter lands in every member's dst; a non-root's dst must
+// be as it was when the call returns, so the member copied the chunks
+// that will land (all but ringUnwritten) before the entry exchange
+// (saved) and writes them back once its last chunk has landed and its
+// gather put has returned: nothing writes its dst after that.
+//
+// The root's dst: chunk c lands there once in the reduce-scatter, and
+// the root sends it on (reading it) in the next step; the owner of c
+// finishes it only after that send has landed further along the ring,
+// so its gather write comes after the root has done with the chunk. Its
+// own chunk needs no gather, and chunk ringUnwritten lands only by it.
+func reduceRootRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int, saved *dstCopy[T]) error {
+	n, np := src.Len(), c.n
+	gsig := c.words.Slice(wordGather, wordGather+1)
+	var g0 uint64
+	if c.me == root {
+		// Every gather of the calls before was awaited, and none of this
+		// call's can have come yet: each needs this member's first send.
+		var err error
+		if g0, err = shmem.SignalFetch(gsig); err != nil {
+			return err
+		}
+	}
+	base := c.lw[wordStepSeq]
+	c.lw[wordStepSeq] = base + uint64(np-1)
+	right := c.world((c.me + 1) % np)
+	dl, sl := dst.Local(), src.Local()
+	sig := c.words.Slice(wordRingIn, wordRingIn+1)
+	for s := 0; s < np-1; s++ {
+		send, recv := ringStep(np, c.me, s)
+		lo, hi := partition(n, np, send)
+		from := dl[lo:hi]
+		if s == 0 {
+			from = sl[lo:hi]
+		}
+		traceSignal(c, dst.Slice(lo, hi), right, wordRingIn, shmem.SignalSet, base+uint64(s)+1)
+		if err := shmem.PutSignal(dst.Slice(lo, hi), from, sig, base+uint64(s)+1, shmem.SignalSet, right); err != nil {
+			return err
+		}
+		if mutantRootRingEarlyRestore && s == np-2 && saved != nil {
+			saved.restore(c, dst)
+		}
+		c.traceWait(wordRingIn, base+uint64(s)+1)
+		if err := shmem.WaitUntil(c.words, wordRingIn, shmem.CmpGE, base+uint64(s)+1); err != nil {
+			return err
+		}
+		rlo, rhi := partition(n, np, recv)
+		combine(k, op, dl[rlo:rhi], dl[rlo:rhi], sl[rlo:rhi])
+	}
+	if c.me == root {
+		c.traceWait(wordGather, g0+uint64(np-1))
+		return shmem.WaitUntil(c.words, wordGather, shmem.CmpGE, g0+uint64(np-1))
+	}
+	lo, hi := partition(n, np, c.me)
+	traceSignal(c, dst.Slice(lo, hi), c.world(root), wordGather, shmem.SignalAdd, 1)
+	if err := shmem.PutSignal(dst.Slice(lo, hi), dl[lo:hi], gsig, 1, shmem.SignalAdd, c.world(root)); err != nil {
+		return err
+	}
+	if !mutantRootRingEarlyRestore {
+		saved.restore(c, dst)
+	}
+	return nil
+}
+
+// dstCopy is a non-root's copy of its dst outside chunk ringUnwritten,
+// [0, lo) then [hi, n), in a buffer from savePool.
+type dstCopy[T shmem.Elem] struct {
+	buf    *[]uint64
+	lo, hi int
+	n      int
+}
+
+// savePool holds the buffers of dstCopy, so that a Reduce across hosts
+// does not allocate (and leave to the collector) most of a vector per
+// call.
+var savePool sync.Pool // *[]uint64
+
+// saveDst copies the part of dst[:n] that reduceRootRing lands on.
+func saveDst[T shmem.Elem](c *call, dst shmem.Sym[T], n int) *dstCopy[T] {
+	lo, hi := partition(n, c.n, ringUnwritten(c.n, c.me))
+	d := &dstCopy[T]{lo: lo, hi: hi, n: n}
+	words := ((n-(hi-lo))*sizeOf[T]() + 7) / 8
+	if p, _ := savePool.Get().(*[]uint64); p != nil && cap(*p) >= words {
+		d.buf = p
+	} else {
+		b := make([]uint64, words)
+		d.buf = &b
+	}
+	v := d.view()
+	dl := dst.Local()
+	copy(v, dl[:lo])
+	copy(v[lo:], dl[hi:n])
+	if tracer != nil {
+		tracer.note(c.pe, traceOp{kind: tSave, pe: c.pe.MyPE(), word: -1})
+	}
+	return d
+}
+
+func (d *dstCopy[T]) view() []T {
+	return elems[T](bytesOf((*d.buf)[:cap(*d.buf)]), d.n-(d.hi-d.lo))
+}
+
+// restore writes the copy back into dst.
+func (d *dstCopy[T]) restore(c *call, dst shmem.Sym[T]) {
+	if tracer != nil {
+		tracer.note(c.pe, traceOp{kind: tRestore, pe: c.pe.MyPE(), word: -1})
+	}
+	v, dl := d.view(), dst.Local()
+	copy(dl[:d.lo], v)
+	copy(dl[d.hi:d.n], v[d.lo:])
+}
+
+func (d *dstCopy[T]) release() {
+	if d != nil {
+		savePool.Put(d.buf)
+	}
 }

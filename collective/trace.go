@@ -16,12 +16,14 @@ var tracer interface {
 type traceKind uint8
 
 const (
-	tBegin  traceKind = iota + 1 // the call begins (after BeginCollective)
-	tEnd                         // the call returns (before EndCollective)
-	tWrite                       // bytes [off, off+n) of the heap of world PE pe are written
-	tRead                        // ... are read
-	tSignal                      // word of the team's area of world PE pe: set to v, or v added
-	tWait                        // this member waits for its own word >= v
+	tBegin   traceKind = iota + 1 // the call begins (after BeginCollective)
+	tEnd                          // the call returns (before EndCollective)
+	tWrite                        // bytes [off, off+n) of the heap of world PE pe are written
+	tRead                         // ... are read
+	tSignal                       // word of the team's area of world PE pe: set to v, or v added
+	tWait                         // this member waits for its own word >= v
+	tSave                         // this member saved its dst: others may land in it from here (reduceRootRing)
+	tRestore                      // this member restored its dst: no one may touch it again in this call
 )
 
 // traceOp is one traced operation. A PutSignal is a tWrite with a
@@ -69,3 +71,9 @@ var mutantNoEntry bool
 // after it has left. Only the ownership exploration's mutation check
 // sets it.
 var mutantHalvingNoWait bool
+
+// mutantRootRingEarlyRestore breaks reduceRootRing on purpose: a
+// non-root restores its dst before its last chunk has landed, which its
+// left neighbour may then write over the restored contents. Only the
+// ownership exploration's mutation check sets it.
+var mutantRootRingEarlyRestore bool
