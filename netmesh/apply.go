@@ -56,6 +56,7 @@ func (st *stream) applyPut(hdr []byte) error {
 		return err
 	}
 	st.r += len(hdr)
+	st.q.detach()
 	if err := st.payload(mem[h.off : h.off+uint64(h.n)]); err != nil {
 		return err
 	}
@@ -67,7 +68,9 @@ func (st *stream) applyPut(hdr []byte) error {
 // is copied into the batch with its header (one write(2)); a large one,
 // and a small one while the stream's queue holds replyCopyMax copied
 // bytes, is written from the segment by reference: the kernel reads it
-// during writev, no copy is made.
+// during writev, no copy is made, unless a later frame of the stream
+// writes the segment before the kernel took it all: then that frame's
+// applier copies what is left first (sendQueue.detach).
 func (st *stream) applyGet(hdr []byte) error {
 	mem := st.l.m.cfg.Mem
 	h, err := parseGet(hdr)
@@ -90,7 +93,8 @@ func (st *stream) applyGet(hdr []byte) error {
 			return
 		}
 		b.addBuf(old)
-		b.addExt(mem[h.off : h.off+uint64(h.n)])
+		b.addMem(mem[h.off : h.off+uint64(h.n)])
+		q.refs.Add(1)
 	})
 }
 
@@ -138,6 +142,9 @@ func (st *stream) applyAtomic(hdr []byte) error {
 		return err
 	}
 	st.r += len(hdr)
+	if h.op != OpFetch {
+		st.q.detach()
+	}
 	old := st.l.m.cfg.Atomics.Atomic(h.off, int(h.width), h.op, h.v, h.cond)
 	if h.op != OpFetch {
 		st.notify(h.off, uint64(h.width))
@@ -192,6 +199,7 @@ func (st *stream) applyPutSignal(hdr []byte) error {
 		return err
 	}
 	st.r += len(hdr)
+	st.q.detach() // the signal word is written even without a payload
 	if h.n > 0 {
 		if err := st.payload(mem[h.off : h.off+uint64(h.n)]); err != nil {
 			return err

@@ -17,6 +17,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -87,12 +88,72 @@ type nbWriter struct {
 	n     uintptr
 	errno syscall.Errno
 	fn    func(fd uintptr) bool
+	gfn   func(fd uintptr) bool // guarded
+	vec   *net.Buffers          // what guarded writes
+	mu    *sync.Mutex           // held by guarded around each system call
 }
 
-func newNBWriter(raw syscall.RawConn) *nbWriter {
-	w := &nbWriter{raw: raw}
+func newNBWriter(raw syscall.RawConn, mu *sync.Mutex) *nbWriter {
+	w := &nbWriter{raw: raw, mu: mu}
 	w.fn = w.call
+	w.gfn = w.callGuarded
 	return w
+}
+
+// setIov points w.iov at the first iovMax slices of vec.
+func (w *nbWriter) setIov(vec [][]byte) {
+	v := w.iov[:0]
+	for _, b := range vec[:min(len(vec), iovMax)] {
+		var e unix.Iovec
+		e.Base = unsafe.SliceData(b)
+		e.SetLen(len(b))
+		v = append(v, e)
+	}
+	w.iov = v
+}
+
+// guarded writes all of vec, consuming it, and waits in the netpoller
+// while the socket is full, like net.Buffers.WriteTo; but it builds the
+// iovecs and makes each system call holding w.mu, and consumes what was
+// written before it lets go. So a goroutine that holds w.mu sees vec as
+// the kernel will read it next, and may swap a piece for a copy
+// (sendQueue.detach); nobody reads vec's slices outside w.mu.
+func (w *nbWriter) guarded(vec *net.Buffers) error {
+	w.vec, w.errno = vec, 0
+	err := w.raw.Write(w.gfn)
+	w.vec = nil
+	if err != nil {
+		return err
+	}
+	if w.errno != 0 {
+		return w.errno
+	}
+	return nil
+}
+
+func (w *nbWriter) callGuarded(fd uintptr) bool {
+	for {
+		w.mu.Lock()
+		if len(*w.vec) == 0 {
+			w.mu.Unlock()
+			return true
+		}
+		w.setIov(*w.vec)
+		n, _, errno := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(len(w.iov)))
+		clear(w.iov)
+		if errno == 0 {
+			consume(w.vec, int(n))
+		}
+		w.mu.Unlock()
+		switch errno {
+		case 0, unix.EINTR:
+		case unix.EAGAIN:
+			return false // wait until the socket takes more
+		default:
+			w.errno = errno
+			return true
+		}
+	}
 }
 
 func (w *nbWriter) call(fd uintptr) bool {
@@ -111,14 +172,8 @@ func (w *nbWriter) call(fd uintptr) bool {
 // writev writes as much of vec as the socket takes now and returns the
 // bytes written (0 when the send buffer is full).
 func (w *nbWriter) writev(vec [][]byte) (int, error) {
-	v := w.iov[:0]
-	for _, b := range vec[:min(len(vec), iovMax)] {
-		var e unix.Iovec
-		e.Base = unsafe.SliceData(b)
-		e.SetLen(len(b))
-		v = append(v, e)
-	}
-	w.iov = v
+	w.setIov(vec)
+	v := w.iov
 	if len(v) == 0 {
 		return 0, nil
 	}
@@ -213,6 +268,17 @@ func (s *spinState) poll(fd uintptr) bool {
 			last = mono() // time given away is not time lost
 		}
 	}
+}
+
+// cloneSegment returns a copy of src, a range of this PE's segment: a
+// queued large GET reply that must not see a later frame's write
+// (sendQueue.detach). Hidden from the race detector like appendSegment.
+//
+//go:norace
+func cloneSegment(src []byte) []byte {
+	p := make([]byte, len(src))
+	copy(p, src)
+	return p
 }
 
 // appendSegment appends src, a range of this PE's segment, to b: the copy

@@ -16,7 +16,9 @@ import (
 // One goroutine at a time owns the socket for writing (q.busy); it takes
 // the whole batch and writes it with one writev (net.Buffers), so small
 // frames from many goroutines leave in one system call and large payloads
-// are never copied. Frames leave in the order they were appended.
+// are never copied. Frames leave in the order they were appended. A large
+// GET reply is a range of the segment, copied only if a later frame of
+// the stream writes the segment before the kernel took it (detach).
 //
 // Who writes:
 //   - a blocking operation (Put, Get, Atomic, Flush from a user
@@ -36,10 +38,13 @@ import (
 // queued writes (or waits) like a blocking one: back-pressure.
 
 // seg is a piece of a batch: bytes [lo, hi) of the batch buffer, or, when
-// ext is not nil, a caller's slice.
+// ext is not nil, a caller's slice. With mem set, ext is a range of this
+// PE's segment: a large GET reply, which must leave with the bytes the
+// segment held when the GET was applied (see sendQueue.detach).
 type seg struct {
 	lo, hi int
 	ext    []byte
+	mem    bool
 }
 
 type batch struct {
@@ -51,6 +56,8 @@ type batch struct {
 	resps  int         // responses (GET_RESP, ATOMIC_RESP, FLUSH_REPLY) in it
 	copied int         // GET_RESP payload bytes copied into buf
 	ext    bool        // some piece is a caller's slice
+	mem    int         // pieces that are ranges of the segment (seg.mem)
+	guard  bool        // set by take when mem > 0: written by nbWriter.guarded
 }
 
 // addBuf records that bytes from old to len(b.buf) were appended to the
@@ -70,6 +77,14 @@ func (b *batch) addExt(p []byte) {
 	b.segs = append(b.segs, seg{ext: p})
 	b.bytes += len(p)
 	b.ext = true
+}
+
+// addMem queues p, a range of this PE's segment, by reference.
+func (b *batch) addMem(p []byte) {
+	b.segs = append(b.segs, seg{ext: p, mem: true})
+	b.bytes += len(p)
+	b.ext = true
+	b.mem++
 }
 
 // build lays the batch out as iovecs in b.vec.
@@ -94,7 +109,7 @@ func (b *batch) reset() {
 	clear(b.vecs)
 	b.vecs = b.vecs[:0]
 	b.vec = nil
-	b.bytes, b.resps, b.copied, b.ext = 0, 0, 0, false
+	b.bytes, b.resps, b.copied, b.ext, b.mem, b.guard = 0, 0, 0, false, 0, false
 }
 
 // write writes what is left of the batch to c, blocking. A batch that is
@@ -113,6 +128,16 @@ func (b *batch) write(c *net.TCPConn) error {
 	}
 	_, err := b.vec.WriteTo(c)
 	return err
+}
+
+// write writes what is left of b, blocking: a batch that holds ranges of
+// the segment with nbWriter.guarded (see detach), any other with
+// batch.write.
+func (q *sendQueue) write(b *batch) error {
+	if b.guard {
+		return q.nb.guarded(&b.vec)
+	}
+	return b.write(q.conn)
 }
 
 // consume drops the first n bytes of v.
@@ -167,6 +192,15 @@ type sendQueue struct {
 	resps    int        // responses queued or being written
 	copied   int        // GET_RESP payload bytes copied into queued batches (replyCopyMax)
 
+	// segMu is held around each system call that writes a batch holding
+	// ranges of the segment (batch.guard), and by detach while it swaps
+	// those ranges for copies. Taken after mu, never before it.
+	segMu sync.Mutex
+	// refs counts the ranges of the segment queued or in flight. Only the
+	// stream's applier adds to it (applyGet) and reads it without mu
+	// (detach), so it never reads 0 while one of its own is queued.
+	refs atomic.Int64
+
 	kick     chan struct{} // capacity 1: wakes the writer goroutine
 	corkT    *time.Timer   // sendSoon's deadline: wakes the writer goroutine
 	corked   bool          // under mu: corkT is armed
@@ -182,7 +216,8 @@ func newSendQueue(c *net.TCPConn, onErr func(error)) (*sendQueue, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &sendQueue{conn: c, nb: newNBWriter(raw), onErr: onErr, fill: new(batch), spare: new(batch), kick: make(chan struct{}, 1), cork: corkDelay}
+	q := &sendQueue{conn: c, onErr: onErr, fill: new(batch), spare: new(batch), kick: make(chan struct{}, 1), cork: corkDelay}
+	q.nb = newNBWriter(raw, &q.segMu)
 	q.cond.L = &q.mu
 	q.corkT = time.AfterFunc(time.Hour, q.uncork)
 	q.corkT.Stop()
@@ -295,7 +330,7 @@ func (q *sendQueue) writeUntil(seq uint64) error {
 	for q.written < seq && q.err == nil && q.fill.bytes > 0 {
 		b := q.take()
 		q.mu.Unlock()
-		err := b.write(q.conn)
+		err := q.write(b)
 		q.mu.Lock()
 		q.done(b, err)
 	}
@@ -315,6 +350,7 @@ func (q *sendQueue) take() *batch {
 	q.taken++
 	q.activity.Add(1)
 	b.build()
+	b.guard = b.mem > 0
 	return b
 }
 
@@ -323,6 +359,9 @@ func (q *sendQueue) done(b *batch, err error) {
 	q.written++
 	q.resps -= b.resps
 	q.copied -= b.copied
+	if b.mem > 0 {
+		q.refs.Add(-int64(b.mem))
+	}
 	b.reset()
 	q.spare, q.inflight = b, nil
 	if err != nil && q.err == nil {
@@ -355,8 +394,14 @@ func (q *sendQueue) tryFlush() error {
 	for q.fill.bytes > 0 && q.err == nil {
 		b := q.take()
 		q.mu.Unlock()
+		if b.guard {
+			q.segMu.Lock()
+		}
 		n, err := q.nb.writev(b.vec)
 		consume(&b.vec, n)
+		if b.guard {
+			q.segMu.Unlock()
+		}
 		q.mu.Lock()
 		if err == nil && len(b.vec) > 0 {
 			q.handoff = true // busy stays set: the writer goroutine owns the socket now
@@ -367,6 +412,54 @@ func (q *sendQueue) tryFlush() error {
 	}
 	q.release()
 	return q.err
+}
+
+// detach makes every GET reply queued by reference to the segment (or
+// in flight) independent of it: the bytes the kernel has not taken yet
+// are copied, and the copy is sent instead. The stream's applier calls it
+// before a frame that writes the segment (PUT, PUT_SIGNAL, a modifying
+// ATOMIC), so a reply carries the bytes as they were when its GET was
+// applied, after every earlier frame of the stream and before every later
+// one. A reply the kernel took before the write needs no copy, and
+// neither does one while no such frame follows it: a blocking get, a run
+// of gets, gets and puts to other targets keep the zero-copy path.
+//
+// It never waits for the peer: the applier must not block on a write
+// (see the top of this file), so it copies rather than waits. A writer
+// in the middle of a system call holds segMu for that call only (its
+// socket is non-blocking), so detach waits at most for one writev. What
+// it copies is bounded by the GET replies queued on the stream, which the
+// peer asked for and waits to receive into its own memory.
+func (q *sendQueue) detach() {
+	if q.refs.Load() == 0 {
+		return
+	}
+	q.mu.Lock()
+	if b := q.fill; b.mem > 0 {
+		for i := range b.segs {
+			if s := &b.segs[i]; s.mem {
+				s.ext, s.mem = cloneSegment(s.ext), false
+			}
+		}
+		q.refs.Add(-int64(b.mem))
+		b.mem = 0
+	}
+	if b := q.inflight; b != nil && b.mem > 0 {
+		q.segMu.Lock()
+		// b.vec is what is left of b.vecs (consume drops whole slices
+		// from its front), and b.vecs[i] is b.segs[i]. Pieces written in
+		// full are no longer in b.vec; they count in b.mem all the same.
+		at := len(b.vecs) - len(b.vec)
+		for j := range b.vec {
+			if s := &b.segs[at+j]; s.mem {
+				b.vec[j], s.ext, s.mem = cloneSegment(b.vec[j]), nil, false
+			}
+		}
+		q.refs.Add(-int64(b.mem))
+		b.mem = 0
+		q.segMu.Unlock()
+	}
+	q.mu.Unlock()
 }
 
 // run is the stream's writer goroutine: it writes what non-blocking
@@ -385,7 +478,7 @@ func (q *sendQueue) run(stop <-chan struct{}) {
 			q.handoff = false
 			b := q.inflight
 			q.mu.Unlock()
-			err := b.write(q.conn)
+			err := q.write(b)
 			q.mu.Lock()
 			q.done(b, err)
 		case q.busy || q.fill.bytes == 0 || q.err != nil:
@@ -397,7 +490,7 @@ func (q *sendQueue) run(stop <-chan struct{}) {
 		for q.fill.bytes > 0 && q.err == nil {
 			b := q.take()
 			q.mu.Unlock()
-			err := b.write(q.conn)
+			err := q.write(b)
 			q.mu.Lock()
 			q.done(b, err)
 		}
