@@ -66,9 +66,17 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	// dropped.
 	rootRing := root >= 0 && c.n > 1 && (far || c.algo == algoPushRing)
 	var saved *dstCopy[T]
-	if rootRing && c.me != root && !overlaps(dst, src) {
+	var g0 uint64 // the root's gather word
+	switch {
+	case rootRing && c.n > 2 && c.me != root && !overlaps(dst, src):
 		saved = saveDst(&c, dst, n)
 		defer saved.release()
+	case rootRing && c.me == root:
+		// Every gather of the calls before was awaited, and none of
+		// this call's can come before the entry exchange. (An error
+		// here goes to every member through that exchange.)
+		g0, err = shmem.SignalFetch(c.words.Slice(wordGather, wordGather+1))
+		c.fail(err)
 	}
 	// The entry exchange of the large algorithms. Its header's minimum
 	// aux is 1 when no member reduces in place: then the others' dst
@@ -85,7 +93,7 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	apart := h.minAux == 1
 	switch {
 	case root >= 0 && apart && rootRing:
-		return reduceRootRing(&c, k, dst, src, op, root, saved)
+		return reduceRootRing(&c, k, dst, src, op, root, g0, saved)
 	case root >= 0:
 	case c.n == 2 && far && apart:
 		return reducePair(&c, k, dst, src, op)
@@ -519,6 +527,14 @@ func reduceHalving[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) 
 // per step, against the direct algorithm's Get of every remote chunk
 // (a round trip each) and its exit exchange.
 //
+// On two members the non-root instead puts its whole src into the
+// root's dst (one PutSignal, adding 1 to wordGather) and the root folds
+// its own src in: one vector through the link against the ring's one
+// and a half, and no landing space on the non-root. Over loopback TCP,
+// where every byte costs two kernel copies on the same two cores, that
+// measured faster (1 MiB: 428 against 600 µs, 836 against 974 in a
+// busier minute, alternating builds).
+//
 // The reduce-scatter lands in every member's dst; a non-root's dst must
 // be as it was when the call returns, so the member copied the chunks
 // that will land (all but ringUnwritten) before the entry exchange
@@ -530,17 +546,24 @@ func reduceHalving[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) 
 // finishes it only after that send has landed further along the ring,
 // so its gather write comes after the root has done with the chunk. Its
 // own chunk needs no gather, and chunk ringUnwritten lands only by it.
-func reduceRootRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int, saved *dstCopy[T]) error {
+// g0 is the root's wordGather, read before the entry exchange.
+func reduceRootRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int, g0 uint64, saved *dstCopy[T]) error {
 	n, np := src.Len(), c.n
 	gsig := c.words.Slice(wordGather, wordGather+1)
-	var g0 uint64
-	if c.me == root {
-		// Every gather of the calls before was awaited, and none of this
-		// call's can have come yet: each needs this member's first send.
-		var err error
-		if g0, err = shmem.SignalFetch(gsig); err != nil {
+	if np == 2 {
+		// The other member's whole src into the root's dst, which the
+		// root then folds its own src into (other's op mine).
+		if c.me != root {
+			traceSignal(c, dst.Slice(0, n), c.world(root), wordGather, shmem.SignalAdd, 1)
+			return shmem.PutSignal(dst.Slice(0, n), src.Local()[:n], gsig, 1, shmem.SignalAdd, c.world(root))
+		}
+		c.traceWait(wordGather, g0+1)
+		if err := shmem.WaitUntil(c.words, wordGather, shmem.CmpGE, g0+1); err != nil {
 			return err
 		}
+		dl := dst.Local()
+		combine(k, op, dl[:n], dl[:n], src.Local()[:n])
+		return nil
 	}
 	base := c.lw[wordStepSeq]
 	c.lw[wordStepSeq] = base + uint64(np-1)
