@@ -51,7 +51,7 @@ func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
 				return nil
 			}
 		}
-		if pe.oversub || time.Since(start) > spinFor {
+		if pe.oversub || pe.hasRemote || time.Since(start) > spinFor {
 			break
 		}
 	}
