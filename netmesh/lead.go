@@ -184,6 +184,14 @@ func pendingCall(c *call) bool { return !c.done() && !c.expired.Load() }
 // reports bytes that are already there.
 func (st *stream) releaseLocked() {
 	w, wake := st.tok.release(pendingCall, st.frameBuffered(), st.l.Err() != nil)
+	st.handedLocked(w, wake)
+}
+
+// handedLocked carries out what a release or linger of the token asked
+// for: the socket's watch as the token now wants it, the follower
+// granted the token (w) signalled, the reader goroutine woken (wake).
+// st.rmu is held.
+func (st *stream) handedLocked(w *call, wake bool) {
 	if !st.watchLocked() && !st.tok.ended {
 		wake = true // a closed socket has left the set: the reader finds the end
 	}
@@ -195,6 +203,18 @@ func (st *stream) releaseLocked() {
 	if wake {
 		st.w8.wake()
 	}
+}
+
+// lingerLocked ends a Poll's holding of the token whose wait was
+// satisfied (token.linger): to a pending follower, else freed but kept
+// quiet for the next poller, which then takes it without a system call
+// (a barrier's rounds and a loop of waits poll again within
+// microseconds). It reports whether the token lingers: then the mesh's
+// linger timer frees it (Mesh.lingerArm). st.rmu is held.
+func (st *stream) lingerLocked() bool {
+	w, wake, lingers := st.tok.linger(pendingCall, st.frameBuffered(), st.l.Err() != nil)
+	st.handedLocked(w, wake)
+	return lingers && st.tok.kind == heldLinger
 }
 
 // endLocked records that reading the stream failed with err (or ended

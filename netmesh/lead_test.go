@@ -348,3 +348,66 @@ func holdToken(t *testing.T, st *stream, k holderKind) time.Time {
 		runtime.Gosched()
 	}
 }
+
+// TestLinger: a Poll whose wait was satisfied leaves the tokens it held
+// lingering (token.linger): the next Poll takes them back without
+// setting the sockets' marks again, and the mesh's linger timer frees
+// them. Bytes that arrive while a token lingers arrive quietly, and
+// nobody polls here afterwards: only the timer's release (lowering the
+// mark, which announces them) gets them applied. Without it the PUT below
+// would wait for the peer's next bytes, a heartbeat an hour away, and the
+// test fails at its deadline.
+func TestLinger(t *testing.T) {
+	p, r := rawJob(t, 1<<16, func(c *Config) { c.Heartbeat = time.Hour; c.Spin = SpinOn })
+	st := p.m.Link(0).streams[0]
+	now := func() (holderKind, int) {
+		st.rmu.Lock()
+		defer st.rmu.Unlock()
+		return st.tok.kind, st.w8.marks
+	}
+	yes := func() bool { return true }
+	deadline := time.Now().Add(5 * time.Second)
+	// First the reader goroutine applies a PUT, so that it has made its
+	// first look at the stream and sleeps: it would take a lingering
+	// token as a free one, and the PUT below would not need the timer.
+	put := func(b byte) {
+		before := p.applied.Load()
+		r.send(append(appendPut(nil, 64, 8), bytes.Repeat([]byte{b}, 8)...))
+		for p.applied.Load() == before {
+			if time.Now().After(deadline.Add(5 * time.Second)) {
+				k, _ := now()
+				t.Fatalf("lost wake-up: a PUT of %#x was never applied (token %v)", b, k)
+			}
+			runtime.Gosched()
+		}
+		p.sync()
+		if !bytes.Equal(p.mem[64:72], bytes.Repeat([]byte{b}, 8)) {
+			t.Fatalf("segment %x after the PUT of %#x", p.mem[64:72], b)
+		}
+	}
+	put(0xCD)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatal("no Poll took a lingering token back without setting the mark (or none lingered)")
+		}
+		resetSpin()
+		if !p.m.Poll(time.Second, yes) {
+			continue
+		}
+		k, marks := now()
+		if k != heldLinger {
+			continue // the token was not free, or the timer freed it already
+		}
+		if !p.m.Poll(time.Second, yes) {
+			continue
+		}
+		if k, m := now(); k == heldLinger && m == marks {
+			break // taken back and left again, with no system call
+		}
+		// The timer freed it between the Polls (a loaded machine): again.
+	}
+	put(0xAB) // sent while the token lingers
+	if k, _ := now(); k == heldLinger {
+		t.Fatal("the PUT was applied, but the token still lingers")
+	}
+}

@@ -35,6 +35,10 @@ type Mesh struct {
 
 	pollList atomic.Pointer[[]*stream] // the streams of ready links, for Poll (spin.go); set under mu
 	oversub  atomic.Bool               // SetOversubscribed
+
+	lingerT  *time.Timer  // frees lingering read tokens (spin.go, unlinger)
+	lingerOn atomic.Bool  // lingerT is pending
+	lingerAt atomic.Int64 // mono() time of the last Poll that left a token lingering
 }
 
 // Listen checks cfg, listens on cfg.Listen and starts accepting peers.
@@ -60,6 +64,8 @@ func Listen(cfg Config) (*Mesh, error) {
 	}
 	m.hs = hsParams{key: cfg.Key, jobID: cfg.JobID, rank: cfg.Rank, size: cfg.Size, streams: cfg.Streams, memSize: uint64(len(cfg.Mem))}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.lingerT = time.AfterFunc(time.Hour, m.unlinger)
+	m.lingerT.Stop()
 	m.wg.Add(2)
 	go m.acceptLoop()
 	go m.watchdog()
@@ -504,6 +510,7 @@ func (m *Mesh) Close() error {
 		}
 		wg.Wait()
 		m.wg.Wait()
+		m.lingerT.Stop() // every stream has ended: nothing lingers
 	})
 	return nil
 }

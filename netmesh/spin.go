@@ -365,12 +365,71 @@ func (m *Mesh) Poll(d time.Duration, done func() bool) bool {
 			last = mono() // time given away is not time lost
 		}
 	}
+	lingers := false
 	for _, st := range held {
 		st.rmu.Lock()
-		st.unpollLocked(errYield)
+		if ok {
+			lingers = st.lingerLocked() || lingers
+		} else {
+			st.unpollLocked(errYield)
+		}
 		st.rmu.Unlock()
 	}
+	if lingers {
+		m.lingerArm()
+	}
 	return ok
+}
+
+// A Poll whose wait was satisfied leaves the tokens it held lingering
+// (token.linger): still quiet, free for anyone, so that the next Poll
+// (the next round of a barrier, the next wait of a loop, microseconds
+// later) takes them without the two setsockopt calls that making a
+// socket quiet and loud again costs (about 0.7 µs each here, and a
+// 2-PE barrier is about 10). Arrivals on a lingering socket signal
+// nobody until someone reads it, so the mesh frees its lingering tokens
+// (lowering their marks, which announces queued bytes to the reader
+// goroutine, watch.go) lingerFor after the last Poll that left one: a
+// frame sent to a PE that stopped polling waits that long at most, plus
+// the Go timer's lateness (when every thread of the process sleeps, the
+// netpoller rounds the timer up to a millisecond). Callers and the
+// reader goroutine take a lingering token as a free one.
+const lingerFor = 50 * time.Microsecond
+
+// lingerArm makes sure the linger timer will run lingerFor from now or
+// later. One timer serves the mesh; it is reset only when it is not
+// already pending, and when it finds a fresher linger it sets itself
+// again (unlinger).
+func (m *Mesh) lingerArm() {
+	m.lingerAt.Store(mono())
+	if m.lingerOn.CompareAndSwap(false, true) {
+		m.lingerT.Reset(lingerFor)
+	}
+}
+
+// unlinger is the linger timer: once lingerFor passed since the last
+// linger, it frees every lingering token. No linger is left behind: a
+// Poll lingers its tokens under their streams' locks before it stores
+// lingerAt and then looks at lingerOn; if it finds the timer pending
+// (lingerOn set), the timer clears lingerOn only after that, and then
+// frees, under the same locks, whatever lingers.
+func (m *Mesh) unlinger() {
+	if left := m.lingerAt.Load() + int64(lingerFor) - mono(); left > 0 {
+		m.lingerT.Reset(time.Duration(left))
+		return
+	}
+	m.lingerOn.Store(false)
+	streams := m.pollList.Load()
+	if streams == nil {
+		return
+	}
+	for _, st := range *streams {
+		st.rmu.Lock()
+		if st.tok.kind == heldLinger {
+			st.releaseLocked()
+		}
+		st.rmu.Unlock()
+	}
 }
 
 // takeFree takes the read token of every stream in streams that is free,

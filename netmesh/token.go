@@ -14,15 +14,20 @@ package netmesh
 //     when kind is heldCaller;
 //   - a call is queued at most once and never while it holds the token;
 //   - arrivals should signal the reader goroutine's watch exactly while
-//     the token is free or held by the reader goroutine and the stream
-//     has not ended: then nobody else reads them. The socket is armed in
-//     the watch (wantArmed) unless a caller holds the token, and quiet
-//     (wantQuiet: its receive low-water mark raised, so that an arrival
-//     signals no epoll set at all, watch.go) exactly while a poller
-//     holds it. A caller may park in conn.Read, which needs the socket's
-//     readiness, so its socket is never quiet; a poller only makes
-//     non-blocking reads, and a socket left armed under it signals
-//     nobody while it is quiet;
+//     the token is free (and not lingering) or held by the reader
+//     goroutine and the stream has not ended: then nobody else reads
+//     them. The socket is armed in the watch (wantArmed) unless a caller
+//     holds the token, and quiet (wantQuiet: its receive low-water mark
+//     raised, so that an arrival signals no epoll set at all, watch.go)
+//     exactly while a poller holds it or it lingers. A caller may park in
+//     conn.Read, which needs the socket's readiness, so its socket is
+//     never quiet; a poller only makes non-blocking reads, and a socket
+//     left armed under it signals nobody while it is quiet;
+//   - a lingering token (heldLinger: a poller whose wait was satisfied
+//     left it, still quiet, for the next poller) is free to take for
+//     anyone, and the stream frees it for good (release) within a
+//     bounded time (the mesh's linger timer, spin.go): arrivals that
+//     nobody reads meanwhile wait at most that long;
 //   - release never frees the token while a follower whose call is still
 //     pending is queued: it grants the token to the first such follower;
 //   - release that frees the token with a whole frame in the read buffer
@@ -38,6 +43,7 @@ const (
 	heldCaller                   // a caller blocked for its reply (token.holder)
 	heldReader                   // the stream's reader goroutine
 	heldPoller                   // a goroutine in Mesh.Poll
+	heldLinger                   // nobody: free, but its socket kept quiet for the next poller
 )
 
 type token struct {
@@ -49,10 +55,10 @@ type token struct {
 }
 
 // free reports whether the token may be taken.
-func (t *token) free() bool { return t.kind == heldNone && !t.ended }
+func (t *token) free() bool { return (t.kind == heldNone || t.kind == heldLinger) && !t.ended }
 
 // held reports whether someone holds the token.
-func (t *token) held() bool { return t.kind != heldNone }
+func (t *token) held() bool { return t.kind != heldNone && t.kind != heldLinger }
 
 // wantArmed reports whether the socket should be armed in the reader
 // goroutine's watch.
@@ -63,11 +69,11 @@ func (t *token) wantArmed() bool {
 // wantQuiet reports whether the socket should be quiet: arrivals signal
 // nobody, since the poller that holds the token reads them (watch.go).
 func (t *token) wantQuiet() bool {
-	return !t.ended && t.kind == heldPoller
+	return !t.ended && (t.kind == heldPoller || t.kind == heldLinger)
 }
 
-// take gives the free token to a holder of kind k (and call c for
-// heldCaller). It reports whether the token was free.
+// take gives the free token (lingering or not) to a holder of kind k
+// (and call c for heldCaller). It reports whether the token was free.
 func (t *token) take(k holderKind, c *call) bool {
 	if !t.free() {
 		return false
@@ -135,6 +141,21 @@ func (t *token) release(pending func(*call) bool, frameBuffered, linkDown bool) 
 		}
 	}
 	return nil, frameBuffered || linkDown
+}
+
+// linger ends a poller's holding as release does, except that a token
+// it would free is left lingering (still quiet, for the next poller to
+// take without a system call) unless a whole frame is buffered or the
+// link is down: then it is freed, with the wake release asks for. The
+// stream must free a lingering token (release) within a bounded time.
+// It reports what release reports, and whether the token lingers.
+func (t *token) linger(pending func(*call) bool, frameBuffered, linkDown bool) (grant *call, wake, lingers bool) {
+	grant, wake = t.release(pending, frameBuffered, linkDown)
+	if grant != nil || wake || t.ended {
+		return grant, wake, false
+	}
+	t.kind = heldLinger
+	return nil, false, true
 }
 
 // end records that the stream ended: the token is freed for good. The

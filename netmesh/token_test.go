@@ -13,7 +13,8 @@ import (
 // take the token or queue for it, have their replies applied by whoever
 // holds it, expire, or wake late (a wake-up delayed past the release that
 // passed them over); a reader goroutine and a poller that take and free
-// it; frames left in the buffer; the stream's end. After every step the
+// it, the poller also leaving it to linger, and the linger timer that
+// frees a lingering token; frames left in the buffer; the stream's end. After every step the
 // invariants of token.go hold, and each release does what it must.
 func TestTokenRandom(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
@@ -72,9 +73,12 @@ func tokenRun(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
 		}
 		return -1
 	}
-	// release as a holder does, checking what it hands over.
+	timer := false // the linger timer is pending (Mesh.lingerArm)
+	// release as a holder does (or a poller's linger), checking what it
+	// hands over.
 	release := func(who string) {
 		fb, down := rng.IntN(3) == 0, rng.IntN(10) == 0
+		lingering := tk.kind == heldPoller && rng.IntN(2) == 0
 		var want *call
 		if !tk.ended {
 			for w := tk.whead; w != nil; w = w.next {
@@ -85,8 +89,25 @@ func tokenRun(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
 			}
 		}
 		wasEnded := tk.ended
-		grant, wake := tk.release(pending, fb, down)
-		step("%s releases (frame buffered %v, link down %v): grant %d, wake %v", who, fb, down, idx(grant), wake)
+		var grant *call
+		var wake bool
+		if lingering {
+			var lingers bool
+			grant, wake, lingers = tk.linger(pending, fb, down)
+			step("%s lingers (frame buffered %v, link down %v): grant %d, wake %v, lingers %v", who, fb, down, idx(grant), wake, lingers)
+			if lingers != (grant == nil && !wasEnded && !fb && !down) {
+				fail("linger with grant %d, ended %v, frame buffered %v, link down %v: lingers %v", idx(grant), wasEnded, fb, down, lingers)
+			}
+			if lingers != (tk.kind == heldLinger) || (lingers && wake) {
+				fail("linger reported lingers %v, wake %v with kind %v", lingers, wake, tk.kind)
+			}
+			if lingers {
+				timer = true // the stream arms the timer (Poll: m.lingerArm)
+			}
+		} else {
+			grant, wake = tk.release(pending, fb, down)
+			step("%s releases (frame buffered %v, link down %v): grant %d, wake %v", who, fb, down, idx(grant), wake)
+		}
 		if grant != want {
 			fail("release granted caller %d, want %d (the first pending follower)", idx(grant), idx(want))
 		}
@@ -164,6 +185,19 @@ func tokenRun(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
 			case tk.take(heldPoller, nil):
 				step("a poller takes the free token")
 			}
+		case r == 9 && rng.IntN(2) == 0: // the linger timer fires
+			if !timer {
+				continue
+			}
+			timer = false
+			if tk.kind == heldLinger {
+				release("the linger timer")
+				if tk.kind == heldLinger {
+					fail("the linger timer left the token lingering")
+				}
+			} else {
+				step("the linger timer finds nothing lingering")
+			}
 		default:
 			if rng.IntN(8) == 0 && !tk.ended {
 				tk.end()
@@ -192,6 +226,9 @@ func tokenRun(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
 		signals := tk.wantArmed() && !tk.wantQuiet()
 		if signals != (!tk.ended && (tk.kind == heldNone || tk.kind == heldReader)) {
 			fail("arrivals signal the watch %v (armed %v, quiet %v) with kind %v, ended %v", signals, tk.wantArmed(), tk.wantQuiet(), tk.kind, tk.ended)
+		}
+		if tk.kind == heldLinger && (!timer || !tk.free() || tk.held() || !tk.wantQuiet() || !tk.wantArmed()) {
+			fail("a lingering token: timer pending %v, free %v, held %v, quiet %v, armed %v", timer, tk.free(), tk.held(), tk.wantQuiet(), tk.wantArmed())
 		}
 		if tk.kind == heldCaller && tk.wantQuiet() {
 			fail("a caller holds a quiet socket")
@@ -222,6 +259,8 @@ func (k holderKind) String() string {
 		return "the reader goroutine"
 	case heldPoller:
 		return "a poller"
+	case heldLinger:
+		return "nobody (lingering)"
 	}
 	return "?"
 }

@@ -59,6 +59,7 @@ type watcher struct {
 	closed bool // under rmu: f is closed (the reader goroutine ended)
 	quiet  bool // under rmu: the socket's receive low-water mark is quietLowat
 	loud   bool // under rmu: quiet, but the mark is 1 for a wait inside a frame (stream.loud)
+	marks  int  // under rmu: system calls that set the mark (what a lingering token saves: TestLinger)
 
 	ev    unix.EpollEvent // argument of ctl
 	op    int
@@ -189,6 +190,7 @@ func (st *stream) quietAgain() {
 }
 
 func (w *watcher) lowatCtl(fd uintptr) {
+	w.marks++
 	w.cerr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, w.lowat)
 }
 
