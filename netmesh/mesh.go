@@ -36,9 +36,7 @@ type Mesh struct {
 	pollList atomic.Pointer[[]*stream] // the streams of ready links, for Poll (spin.go); set under mu
 	oversub  atomic.Bool               // SetOversubscribed
 
-	lingerT  *time.Timer  // frees lingering read tokens (spin.go, unlinger)
-	lingerOn atomic.Bool  // lingerT is pending
-	lingerAt atomic.Int64 // mono() time of the last Poll that left a token lingering
+	lingerT *time.Timer // frees lingering read tokens (spin.go, unlinger)
 }
 
 // Listen checks cfg, listens on cfg.Listen and starts accepting peers.
