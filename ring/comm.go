@@ -58,6 +58,7 @@ type Status struct{ Source, Tag, Bytes int }
 // Tunables of the engine; docs/ring.md explains each.
 const (
 	commAckBatch = 4                           // a receiver acknowledges a lane every commAckBatch processed messages
+	commAckIdle  = 2                           // and, before it waits, one with at least commAckIdle
 	commDepth    = EagerCredits + commAckBatch // lane depth: EagerCredits unreceived plus commAckBatch-1 processed, unacknowledged
 	rdvSlots     = 64                          // rendezvous sends in flight per PE
 	minFrag      = 4 << 10                     // the least eager limit a Comm accepts

@@ -66,6 +66,7 @@ type inLane struct {
 	head    int
 	done    uint64 // every message up to done is processed
 	acked   uint64 // acknowledged up to
+	local   bool   // the source is on this host (idleAcks)
 }
 
 type rdvKey struct {
@@ -184,7 +185,8 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 		batch: make([]Message, 0, 64), bellMsgs: bellMsgs}
 	e.longSpin = e.spin
 	for p := range n {
-		if !pe.SameHost(p) {
+		e.lanes[p].local = pe.SameHost(p)
+		if !e.lanes[p].local {
 			e.longSpin = false
 		}
 	}
@@ -278,11 +280,8 @@ func (e *engine) unlock() {
 // again.
 func (e *engine) kickSelf() { _ = shmem.AtomicAdd(e.bell, 0, 1, e.me) }
 
-// ringBell rings world PE p's doorbell without waiting (AtomicAdd asks
-// for no reply).
-func (e *engine) ringBell(p int) error {
-	return shmem.AtomicAdd(e.bell, 0, 1, p)
-}
+// ringBell rings world PE p's doorbell without waiting (ringDoorbell).
+func (e *engine) ringBell(p int) error { return ringDoorbell(e.bell, p) }
 
 func (e *engine) finish(q *request, st Status, err error) {
 	q.done, q.st, q.err = true, st, err
@@ -535,14 +534,24 @@ func (e *engine) enough() bool {
 }
 
 // processed records that message seq from src is taken care of and
-// acknowledges every commAckBatch of them (and beyond watchLanes+1 PEs
-// rings the sender's doorbell, in case it waits for room).
+// acknowledges the lane once commAckBatch of them are unacknowledged.
+// Fewer wait for idleAcks, which a call runs before it waits: in a
+// ping-pong the acknowledgement then leaves while the reply is on its
+// way, not between a message and its reply.
 func (e *engine) processed(src int, seq uint64) error {
 	l := &e.lanes[src]
 	l.done = seq
 	if l.done-l.acked < commAckBatch {
 		return nil
 	}
+	return e.ack(src)
+}
+
+// ack acknowledges every processed message of the lane from src (and
+// beyond watchLanes+1 PEs rings the sender's doorbell, in case it waits
+// for room). Holding the gate.
+func (e *engine) ack(src int) error {
+	l := &e.lanes[src]
 	l.acked = l.done
 	if err := e.r.ackLocked(src, l.done); err != nil {
 		return err
@@ -551,6 +560,29 @@ func (e *engine) processed(src int, seq uint64) error {
 		return nil // the sender's waits watch its ack word
 	}
 	return e.ringBell(src)
+}
+
+// idleAcks acknowledges every lane from a PE on this host with at least
+// commAckIdle processed, unacknowledged messages. A call runs it,
+// holding the gate, when it has looked and is about to wait: it has
+// nothing else to do then. No lane needs it to make progress: processed
+// acknowledges at commAckBatch, and a lane's depth leaves room for
+// commAckBatch-1 processed messages besides the EagerCredits unreceived
+// ones. Over shared memory an acknowledgement is an atomic add on a
+// cache line of the sender's, a transfer the ping-pong would otherwise
+// wait for between a message and its reply; over TCP it is a frame that
+// netmesh corks until this PE's next frame (the reply) or wait, so it
+// costs no write of its own there, and waiting for idleAcks would add
+// one.
+func (e *engine) idleAcks() error {
+	for src := range e.lanes {
+		if l := &e.lanes[src]; l.local && l.done-l.acked >= commAckIdle {
+			if err := e.ack(src); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // handle takes one lane message from world PE src. It returns false
@@ -919,16 +951,20 @@ var reqPool = sync.Pool{New: func() any { return new(request) }}
 func (e *engine) recv(ctx context.Context, c *Comm, r request) (Status, error) {
 	q := reqPool.Get().(*request)
 	*q = r
-	defer func() {
-		*q = request{}
-		reqPool.Put(q)
-	}()
+	var w waiter
+	st, err := e.recvReq(ctx, c, q, &w)
+	w.done(e)
+	*q = request{}
+	reqPool.Put(q)
+	return st, err
+}
+
+// recvReq is recv's loop for request q, waiting with w.
+func (e *engine) recvReq(ctx context.Context, c *Comm, q *request, w *waiter) (Status, error) {
 	what := "Recv"
 	if q.probe {
 		what = "Probe"
 	}
-	var w waiter
-	defer w.done(e)
 	for held := false; ; {
 		if !held {
 			if err := e.lock(); err != nil {
@@ -961,6 +997,9 @@ func (e *engine) recv(ctx context.Context, c *Comm, r request) (Status, error) {
 		if err == nil && c.stuck(q) {
 			err = fmt.Errorf("ring: %s on PE %d (from %d, tag %d): %d bytes of unexpected messages are queued, the cap is %d, and the message may be behind them: %w",
 				what, e.me, q.from, q.tag, e.queued, e.cap, ErrQueueFull)
+		}
+		if err == nil {
+			err = e.idleAcks()
 		}
 		if err != nil {
 			cerr := c.cancel(q)
@@ -1074,6 +1113,9 @@ func (e *engine) sendOn(ctx context.Context, w *waiter, dst int, hdr, data []byt
 			return err
 		}
 		err = e.progress()
+		if err == nil {
+			err = e.idleAcks()
+		}
 		e.unlock()
 		if err != nil {
 			return err
@@ -1112,6 +1154,9 @@ func (e *engine) takeSlot(ctx context.Context, w *waiter) (uint32, uint32, error
 			return s, g, nil
 		}
 		err := e.progress()
+		if err == nil {
+			err = e.idleAcks()
+		}
 		e.unlock()
 		if err == nil {
 			err = w.wait(ctx, e)
@@ -1209,7 +1254,9 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 		werr := ctx.Err()
 		if werr == nil {
 			if werr = e.lock(); werr == nil {
-				werr = e.progress()
+				if werr = e.progress(); werr == nil {
+					werr = e.idleAcks()
+				}
 				e.unlock()
 			}
 		}

@@ -854,3 +854,53 @@ var _ = register("comm-ctx-stream", func(pe *shmem.PE) error {
 })
 
 func TestCommCtxStream(t *testing.T) { each(t, "comm-ctx-stream", 2) }
+
+// comm-acks: when a receiver acknowledges. PE 0 sends n messages, then
+// waits until its ack word (the lane 0→1's, in its own heap) says PE 1
+// acknowledged them, and only then sends the next batch; PE 1 receives
+// each message and, after each batch, waits in a Recv for the next
+// one. So every acknowledgement PE 0 needs must come from PE 1 while it
+// waits, with nothing more arriving: from a PE on this host, one every
+// commAckIdle processed messages (idleAcks, before the wait); from a
+// remote PE, the one that processed sends at commAckBatch, which
+// netmesh corks until PE 1's wait pushes it. A missing one hangs PE 0
+// until the PE's timeout.
+var _ = register("comm-acks", func(pe *shmem.PE) error {
+	c, err := NewComm(pe.World())
+	if err != nil {
+		return err
+	}
+	n := commAckBatch
+	if pe.SameHost(1 - pe.MyPE()) {
+		n = commAckIdle
+	}
+	const batches = 5
+	buf := make([]byte, 8)
+	switch c.Rank() {
+	case 0:
+		l := c.e.r.outTo[1]
+		for b := 1; b <= batches; b++ {
+			for i := 0; i < n; i++ {
+				if err := Send(bg(), c, 1, 1, buf); err != nil {
+					return fmt.Errorf("Send of batch %d: %w", b, err)
+				}
+			}
+			if err := shmem.WaitUntil(l.ack, 0, shmem.CmpGE, uint64(b*n)); err != nil {
+				return fmt.Errorf("waiting for the acknowledgement of batch %d (%d messages): %w", b, b*n, err)
+			}
+		}
+		// What PE 1's last Recv waits for.
+		if err := Send(bg(), c, 1, 1, buf); err != nil {
+			return err
+		}
+	case 1:
+		for i := 0; i < batches*n+1; i++ {
+			if _, err := Recv(bg(), c, 0, 1, buf); err != nil {
+				return fmt.Errorf("Recv %d: %w", i, err)
+			}
+		}
+	}
+	return closeComm(pe, c)
+})
+
+func TestCommAcks(t *testing.T) { each(t, "comm-acks", 2) }

@@ -79,14 +79,24 @@ func (l *sendLane) sendv(r *Ring, hdr, data []byte, wait bool) (seq uint64, sent
 		return 0, false, fmt.Errorf("ring: Send of message %d (%d bytes) on lane %d→%d: %w", seq, n, l.lane.From, l.lane.To, err)
 	}
 	if l.ringBell {
-		// AtomicAdd asks for no reply: over TCP it travels in order on
-		// the link without a round trip.
-		if err := shmem.AtomicAdd(l.bell, 0, 1, l.lane.To); err != nil {
+		if err := ringDoorbell(l.bell, l.lane.To); err != nil {
 			return 0, false, fmt.Errorf("ring: Send of message %d on lane %d→%d: doorbell: %w", seq, l.lane.From, l.lane.To, err)
 		}
 	}
 	l.next++
 	return seq, true, nil
+}
+
+// ringDoorbell adds one to PE to's doorbell word bell, after whatever
+// this PE sent to it before (the message whose arrival it announces). It
+// is a PutSignal of no data whose signal is the add: over TCP netmesh
+// writes it at once, in order after the message, without a round trip.
+// (A non-fetching AtomicAdd also asks for no reply, but netmesh corks it
+// like a small put, so it would leave only with this PE's next frame or
+// wait, or after netmesh's corkDelay, while the receiver sleeps on the
+// doorbell.)
+func ringDoorbell(bell shmem.Sym[uint64], to int) error {
+	return shmem.PutSignal(bell.Slice(0, 0), nil, bell, 1, shmem.SignalAdd, to)
 }
 
 // putSlot puts the slot image in the staging slot, whose header and
@@ -200,17 +210,6 @@ func (l *recvLane) poll(r *Ring, out []Message, limit int) ([]Message, error) {
 		return out, l.broken
 	}
 	start := l.next
-	defer func() {
-		l.given = l.next - 1
-		if adv := l.next - start; adv > 0 {
-			for {
-				old := r.maxLag.Load()
-				if adv <= old || r.maxLag.CompareAndSwap(old, adv) {
-					break
-				}
-			}
-		}
-	}()
 	p := atomic.LoadUint64(l.pubWord)
 	for taken := 0; taken < limit && l.next <= p; {
 		e := l.next
@@ -222,13 +221,31 @@ func (l *recvLane) poll(r *Ring, out []Message, limit int) ([]Message, error) {
 			taken++
 		case skipped:
 			if err != nil {
+				l.polled(r, start)
 				return out, err
 			}
 		case failed:
+			l.polled(r, start)
 			return out, err
 		}
 	}
+	l.polled(r, start)
 	return out, nil
+}
+
+// polled ends a poll that began at sequence number start: what it
+// advanced counts as given, and towards Stats().MaxLag. (Not a deferred
+// closure: a poll is on every message's path.)
+func (l *recvLane) polled(r *Ring, start uint64) {
+	l.given = l.next - 1
+	if adv := l.next - start; adv > 0 {
+		for {
+			old := r.maxLag.Load()
+			if adv <= old || r.maxLag.CompareAndSwap(old, adv) {
+				break
+			}
+		}
+	}
 }
 
 // take delivers message e, which pub (loaded before the slot is read)
