@@ -653,7 +653,10 @@ func (l *Link) atomicNBI(sts []*stream, width int, op AtomicOp, off, v, cond uin
 		c.on(sts[0])
 		return l.request(c, func(b []byte) []byte { return appendAtomic(b, c.id, byte(op), byte(width), off, v, cond) }, false)
 	}
-	return l.atomicNoReply(sts[0], width, op, off, v, cond, true, sendLater)
+	// No reply, so nobody waits for it: like a small blocking put it
+	// leaves with the next frame sent on the stream, a wait's Push, or
+	// within corkDelay, and wakes no writer goroutine.
+	return l.atomicNoReply(sts[0], width, op, off, v, cond, true, sendSoon)
 }
 
 // atomicNoReply queues an ATOMIC that asks for no reply on st and
