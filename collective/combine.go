@@ -129,6 +129,117 @@ func cplxLoop[U cplx](op Op, d, a, b []U) {
 	}
 }
 
+// combine4 sets d[i] = ((a[i] op b[i]) op c[i]) op e[i], the same bits
+// as three passes of combine in that order, with one pass over d: the
+// direct algorithm's reduction reads every member's src once and writes
+// its chunk once, not three times. d may alias a.
+func combine4[T shmem.Elem](k kind, op Op, d, a, b, c, e []T) {
+	switch k {
+	case kInt8:
+		intLoop4(op, cast[int8](d), cast[int8](a), cast[int8](b), cast[int8](c), cast[int8](e))
+	case kInt16:
+		intLoop4(op, cast[int16](d), cast[int16](a), cast[int16](b), cast[int16](c), cast[int16](e))
+	case kInt32:
+		intLoop4(op, cast[int32](d), cast[int32](a), cast[int32](b), cast[int32](c), cast[int32](e))
+	case kInt64:
+		intLoop4(op, cast[int64](d), cast[int64](a), cast[int64](b), cast[int64](c), cast[int64](e))
+	case kUint8:
+		intLoop4(op, cast[uint8](d), cast[uint8](a), cast[uint8](b), cast[uint8](c), cast[uint8](e))
+	case kUint16:
+		intLoop4(op, cast[uint16](d), cast[uint16](a), cast[uint16](b), cast[uint16](c), cast[uint16](e))
+	case kUint32:
+		intLoop4(op, cast[uint32](d), cast[uint32](a), cast[uint32](b), cast[uint32](c), cast[uint32](e))
+	case kUint64:
+		intLoop4(op, cast[uint64](d), cast[uint64](a), cast[uint64](b), cast[uint64](c), cast[uint64](e))
+	case kFloat32:
+		floatLoop4(op, cast[float32](d), cast[float32](a), cast[float32](b), cast[float32](c), cast[float32](e))
+	case kFloat64:
+		floatLoop4(op, cast[float64](d), cast[float64](a), cast[float64](b), cast[float64](c), cast[float64](e))
+	case kComplex64:
+		cplxLoop4(op, cast[complex64](d), cast[complex64](a), cast[complex64](b), cast[complex64](c), cast[complex64](e))
+	case kComplex128:
+		cplxLoop4(op, cast[complex128](d), cast[complex128](a), cast[complex128](b), cast[complex128](c), cast[complex128](e))
+	default:
+		panic("collective: combine4 on an unknown element kind")
+	}
+}
+
+func intLoop4[U integer](op Op, d, a, b, c, e []U) {
+	a, b, c, e = a[:len(d)], b[:len(d)], c[:len(d)], e[:len(d)]
+	switch op {
+	case Sum:
+		for i := range d {
+			d[i] = a[i] + b[i] + c[i] + e[i]
+		}
+	case Prod:
+		for i := range d {
+			d[i] = a[i] * b[i] * c[i] * e[i]
+		}
+	case Min:
+		for i := range d {
+			d[i] = min(min(min(a[i], b[i]), c[i]), e[i])
+		}
+	case Max:
+		for i := range d {
+			d[i] = max(max(max(a[i], b[i]), c[i]), e[i])
+		}
+	case And:
+		for i := range d {
+			d[i] = a[i] & b[i] & c[i] & e[i]
+		}
+	case Or:
+		for i := range d {
+			d[i] = a[i] | b[i] | c[i] | e[i]
+		}
+	case Xor:
+		for i := range d {
+			d[i] = a[i] ^ b[i] ^ c[i] ^ e[i]
+		}
+	default:
+		panic("collective: integer loop for " + op.String())
+	}
+}
+
+func floatLoop4[U float](op Op, d, a, b, c, e []U) {
+	a, b, c, e = a[:len(d)], b[:len(d)], c[:len(d)], e[:len(d)]
+	switch op {
+	case Sum:
+		for i := range d {
+			d[i] = a[i] + b[i] + c[i] + e[i]
+		}
+	case Prod:
+		for i := range d {
+			d[i] = a[i] * b[i] * c[i] * e[i]
+		}
+	case Min:
+		for i := range d {
+			d[i] = min(min(min(a[i], b[i]), c[i]), e[i])
+		}
+	case Max:
+		for i := range d {
+			d[i] = max(max(max(a[i], b[i]), c[i]), e[i])
+		}
+	default:
+		panic("collective: floating-point loop for " + op.String())
+	}
+}
+
+func cplxLoop4[U cplx](op Op, d, a, b, c, e []U) {
+	a, b, c, e = a[:len(d)], b[:len(d)], c[:len(d)], e[:len(d)]
+	switch op {
+	case Sum:
+		for i := range d {
+			d[i] = a[i] + b[i] + c[i] + e[i]
+		}
+	case Prod:
+		for i := range d {
+			d[i] = a[i] * b[i] * c[i] * e[i]
+		}
+	default:
+		panic("collective: complex loop for " + op.String())
+	}
+}
+
 // fillIdentity sets every element of d to the identity of op: the value
 // x with x op y == y for every y.
 func fillIdentity[T shmem.Elem](k kind, op Op, d []T) {

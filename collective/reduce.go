@@ -271,8 +271,19 @@ func reduceChunk[T shmem.Elem](c *call, k kind, op Op, d []T, src shmem.Sym[T], 
 		copyElems(d, at(start))
 		return nil
 	}
-	combine(k, op, d, at(start), at((start+1)%c.n))
-	for s := 2; s < c.n; s++ {
+	// In rank order from start, four inputs a pass where there are
+	// that many (combine4: one write of d instead of three).
+	s := 2
+	if c.n >= 4 {
+		combine4(k, op, d, at(start), at((start+1)%c.n), at((start+2)%c.n), at((start+3)%c.n))
+		s = 4
+	} else {
+		combine(k, op, d, at(start), at((start+1)%c.n))
+	}
+	for ; s+3 <= c.n; s += 3 {
+		combine4(k, op, d, d, at((start+s)%c.n), at((start+s+1)%c.n), at((start+s+2)%c.n))
+	}
+	for ; s < c.n; s++ {
 		combine(k, op, d, d, at((start+s)%c.n))
 	}
 	return nil
