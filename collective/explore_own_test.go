@@ -441,22 +441,7 @@ func TestExploreOwnershipMutant(t *testing.T) {
 // without waiting for their last block (mutantHalvingNoWait) is caught
 // with a partner writing into a member that has left.
 func TestExploreOwnershipMutantHalving(t *testing.T) {
-	var c ownCase
-	for _, o := range ownCases {
-		if o.algo == "halving" {
-			c = o
-		}
-	}
-	mutantHalvingNoWait = true
-	defer func() { mutantHalvingNoWait = false }()
-	tr, objs := ownTraces(t, c, 4)
-	mutantHalvingNoWait = false
-	_, err := newOwnModel(t, tr, objs).explore(false)
-	var f *explore.Failure
-	if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), "writes PE") {
-		t.Fatalf("halving without its last wait passed or failed otherwise: %v", err)
-	}
-	t.Logf("halving without its last wait:\n%v", f)
+	exploreMutant(t, "AllReduce halving, one host", 4, &mutantHalvingNoWait, "writes PE", "halving without its last wait")
 }
 
 // TestExploreOwnershipMutantRootRing: reduceRootRing whose non-roots
@@ -464,20 +449,27 @@ func TestExploreOwnershipMutantHalving(t *testing.T) {
 // (mutantRootRingEarlyRestore) is caught with the left neighbour
 // writing into a dst already restored.
 func TestExploreOwnershipMutantRootRing(t *testing.T) {
+	exploreMutant(t, "Reduce ring + gather, one host", 3, &mutantRootRingEarlyRestore, "has restored it", "the Reduce ring restoring early")
+}
+
+// exploreMutant records the case whose name starts with prefix on n
+// members with the mutant flag set, and wants the exploration to fail
+// with an error that says want.
+func exploreMutant(t *testing.T, prefix string, n int, flag *bool, want, what string) {
 	var c ownCase
 	for _, o := range ownCases {
-		if strings.HasPrefix(o.name, "Reduce ring + gather, one host") {
+		if strings.HasPrefix(o.name, prefix) {
 			c = o
 		}
 	}
-	mutantRootRingEarlyRestore = true
-	defer func() { mutantRootRingEarlyRestore = false }()
-	tr, objs := ownTraces(t, c, 3)
-	mutantRootRingEarlyRestore = false
+	*flag = true
+	defer func() { *flag = false }()
+	tr, objs := ownTraces(t, c, n)
+	*flag = false
 	_, err := newOwnModel(t, tr, objs).explore(false)
 	var f *explore.Failure
-	if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), "has restored it") {
-		t.Fatalf("the Reduce ring restoring early passed or failed otherwise: %v", err)
+	if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), want) {
+		t.Fatalf("%s passed or failed otherwise: %v", what, err)
 	}
-	t.Logf("the Reduce ring restoring early:\n%v", f)
+	t.Logf("%s:\n%v", what, f)
 }

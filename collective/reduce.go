@@ -398,15 +398,28 @@ func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) err
 // again) waits for. It writes no other member's buffers and reads none,
 // so, once its own last chunk has landed, it may return.
 func reducePushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) error {
+	// The last write into this member's dst is its left neighbour's
+	// last step, awaited there, and its own last write into its right
+	// neighbour's dst is awaited by it: no exit exchange.
+	return pushRing(c, k, dst, src, op, 2*(c.n-1), nil)
+}
+
+// pushRing runs steps 0..steps-1 of ringStep with pushes: in each a
+// member puts the chunk it passes on into its right neighbour's dst
+// (from its src in step 0) with the signal in the same PutSignal, waits
+// for its left neighbour's, and in the reduce-scatter (the first n-1
+// steps) folds its src into what landed. All of the ring (AllReduce) or
+// its reduce-scatter (Reduce, reduceRootRing). beforeLast, when set, runs
+// before the last wait (a mutation check's hook).
+func pushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, steps int, beforeLast func()) error {
 	n, np := src.Len(), c.n
 	base := c.lw[wordStepSeq]
-	steps := 2 * (np - 1)
 	c.lw[wordStepSeq] = base + uint64(steps)
 	right := c.world((c.me + 1) % np)
 	dl, sl := dst.Local(), src.Local()
 	sig := c.words.Slice(wordRingIn, wordRingIn+1)
 	for s := 0; s < steps; s++ {
-		send, _ := ringStep(np, c.me, s)
+		send, recv := ringStep(np, c.me, s)
 		lo, hi := partition(n, np, send)
 		from := dl[lo:hi]
 		if s == 0 {
@@ -416,19 +429,18 @@ func reducePushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op)
 		if err := shmem.PutSignal(dst.Slice(lo, hi), from, sig, base+uint64(s)+1, shmem.SignalSet, right); err != nil {
 			return err
 		}
+		if beforeLast != nil && s == steps-1 {
+			beforeLast()
+		}
 		c.traceWait(wordRingIn, base+uint64(s)+1)
 		if err := shmem.WaitUntil(c.words, wordRingIn, shmem.CmpGE, base+uint64(s)+1); err != nil {
 			return err
 		}
 		if s < np-1 {
-			_, recv := ringStep(np, c.me, s)
 			rlo, rhi := partition(n, np, recv)
 			combine(k, op, dl[rlo:rhi], dl[rlo:rhi], sl[rlo:rhi])
 		}
 	}
-	// The last write into this member's dst was its left neighbour's
-	// last step, awaited above, and its own last write into its right
-	// neighbour's dst is awaited there: no exit exchange.
 	return nil
 }
 
@@ -576,31 +588,12 @@ func reduceRootRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op,
 		combine(k, op, dl[:n], dl[:n], src.Local()[:n])
 		return nil
 	}
-	base := c.lw[wordStepSeq]
-	c.lw[wordStepSeq] = base + uint64(np-1)
-	right := c.world((c.me + 1) % np)
-	dl, sl := dst.Local(), src.Local()
-	sig := c.words.Slice(wordRingIn, wordRingIn+1)
-	for s := 0; s < np-1; s++ {
-		send, recv := ringStep(np, c.me, s)
-		lo, hi := partition(n, np, send)
-		from := dl[lo:hi]
-		if s == 0 {
-			from = sl[lo:hi]
-		}
-		traceSignal(c, dst.Slice(lo, hi), right, wordRingIn, shmem.SignalSet, base+uint64(s)+1)
-		if err := shmem.PutSignal(dst.Slice(lo, hi), from, sig, base+uint64(s)+1, shmem.SignalSet, right); err != nil {
-			return err
-		}
-		if mutantRootRingEarlyRestore && s == np-2 && saved != nil {
-			saved.restore(c, dst)
-		}
-		c.traceWait(wordRingIn, base+uint64(s)+1)
-		if err := shmem.WaitUntil(c.words, wordRingIn, shmem.CmpGE, base+uint64(s)+1); err != nil {
-			return err
-		}
-		rlo, rhi := partition(n, np, recv)
-		combine(k, op, dl[rlo:rhi], dl[rlo:rhi], sl[rlo:rhi])
+	var early func()
+	if mutantRootRingEarlyRestore && saved != nil {
+		early = func() { saved.restore(c, dst) }
+	}
+	if err := pushRing(c, k, dst, src, op, np-1, early); err != nil {
+		return err
 	}
 	if c.me == root {
 		c.traceWait(wordGather, g0+uint64(np-1))
@@ -608,7 +601,7 @@ func reduceRootRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op,
 	}
 	lo, hi := partition(n, np, c.me)
 	traceSignal(c, dst.Slice(lo, hi), c.world(root), wordGather, shmem.SignalAdd, 1)
-	if err := shmem.PutSignal(dst.Slice(lo, hi), dl[lo:hi], gsig, 1, shmem.SignalAdd, c.world(root)); err != nil {
+	if err := shmem.PutSignal(dst.Slice(lo, hi), dst.Local()[lo:hi], gsig, 1, shmem.SignalAdd, c.world(root)); err != nil {
 		return err
 	}
 	if !mutantRootRingEarlyRestore {
