@@ -17,16 +17,7 @@ func TestAtomicNoReplyCork(t *testing.T) {
 	pes := newJob(t, 2, 1<<16, "127.0.0.1", func(c *Config) { c.Heartbeat = time.Hour })
 	l := link(t, pes, 0, 1)
 	q := l.streams[0].q
-	batches := func() uint64 {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		return q.taken
-	}
-	setCork := func(d time.Duration) {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		q.cork = d
-	}
+	batches, setCork := corkControls(q)
 	p := pes[1]
 	word := func() uint64 { p.sync(); return binary.LittleEndian.Uint64(p.mem[64:]) }
 	waitWord := func(want uint64, what string) {
@@ -78,4 +69,20 @@ func TestAtomicNoReplyCork(t *testing.T) {
 	if w := word(); w != 15 {
 		t.Fatalf("after Flush the word is %d, want 15", w)
 	}
+}
+
+// corkControls reads how many batches q took (writes, when nobody else
+// writes) and sets how long a corked frame waits (q.cork).
+func corkControls(q *sendQueue) (batches func() uint64, setCork func(time.Duration)) {
+	batches = func() uint64 {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.taken
+	}
+	setCork = func(d time.Duration) {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.cork = d
+	}
+	return batches, setCork
 }

@@ -47,16 +47,7 @@ func TestPutCork(t *testing.T) {
 	pes := newJob(t, 2, 1<<16, "127.0.0.1", func(c *Config) { c.Heartbeat = time.Hour })
 	l := link(t, pes, 0, 1)
 	q := l.streams[0].q
-	batches := func() uint64 {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		return q.taken
-	}
-	setCork := func(d time.Duration) {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		q.cork = d
-	}
+	batches, setCork := corkControls(q)
 	setCork(time.Hour)
 	before := batches()
 	if err := l.Put(0, []byte("12345678")); err != nil {
