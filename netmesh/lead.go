@@ -417,8 +417,13 @@ func (c *call) small() bool {
 // processor away after every read that finds nothing. (0, nil) means
 // nothing arrived.
 func (st *stream) poll(budget int64, yield bool) (int, error) {
+	return st.pollInto(st.buf[st.w:], budget, yield)
+}
+
+// pollInto is poll into p.
+func (st *stream) pollInto(p []byte, budget int64, yield bool) (int, error) {
 	sp := &st.sp
-	sp.p, sp.budget, sp.yield = st.buf[st.w:], budget, yield
+	sp.p, sp.budget, sp.yield = p, budget, yield
 	sp.n, sp.err = 0, nil
 	err := st.raw.Read(sp.fn)
 	sp.p = nil

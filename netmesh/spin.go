@@ -32,7 +32,9 @@ import (
 //     parked, and 130 to 193 µs when each look also called
 //     runtime.Gosched (which wakes a second thread);
 //   - otherwise a caller polls for at most busySpin per wait, a follower
-//     for followSpin, a Mesh.Poll for the budget its caller gives;
+//     for followSpin, a Mesh.Poll for the budget its caller gives, and
+//     the reader of a payload of up to payloadSpinMax bytes for at most
+//     payloadSpin since its last bytes (reader.go);
 //   - a poll that does not pay (a caller's budget ran out before its
 //     reply came, or a poller finds that it was off its processor for
 //     most of its last spinCheck polls) is a miss; from missRun misses in
