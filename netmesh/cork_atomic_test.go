@@ -1,9 +1,10 @@
 package netmesh
 
 import (
-	"encoding/binary"
 	"testing"
 	"time"
+
+	"github.com/goshmem/goshmem/heap"
 )
 
 // A non-fetching atomic (AtomicNBI with no destination: shmem's
@@ -19,7 +20,8 @@ func TestAtomicNoReplyCork(t *testing.T) {
 	q := l.streams[0].q
 	batches, setCork := corkControls(q)
 	p := pes[1]
-	word := func() uint64 { p.sync(); return binary.LittleEndian.Uint64(p.mem[64:]) }
+	// The reader applies the adds atomically: read the word so too.
+	word := func() uint64 { return heap.AtomicAt(p.mem, 64, 8, heap.OpFetch, 0, 0) }
 	waitWord := func(want uint64, what string) {
 		deadline := time.Now().Add(5 * time.Second)
 		for word() != want {
