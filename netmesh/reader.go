@@ -112,12 +112,13 @@ func (st *stream) payload(dst []byte) error {
 const payloadSpin = 200 * time.Microsecond
 
 // payloadSpinMax: only payloads of up to this many bytes are polled
-// for. Polling made larger ones no faster and their bandwidth lower
-// (4 and 16 MiB put-bw and get-bw 0.75-0.89 of the parked reader's, where
-// 1 MiB ones went 1.3-1.4 times as fast; docs/performance.md), perhaps
-// because a reader that polls takes each segment as it comes, in many
-// small reads, where a parked one wakes to a large read.
-const payloadSpinMax = 2 << 20
+// for. Polling made 4 and 16 MiB transfers no faster and their bandwidth
+// lower (put-bw and get-bw 0.75-0.89 of the parked reader's, where 1 MiB
+// ones went 1.3-1.4 times as fast), and 2 MiB ones could not be told
+// from the noise (docs/performance.md), perhaps because a reader that
+// polls takes each segment as it comes, in many small reads, where a
+// parked one wakes to a large read.
+const payloadSpinMax = 1 << 20
 
 // readPayload reads the next bytes of a payload into p: with spin,
 // polling for up to payloadSpin while the spin policy allows (spin.go:
