@@ -128,10 +128,12 @@ const (
 	maxStreams       = 64
 	// defaultChanStreams is Config.ChanStreams' default.
 	defaultChanStreams = 16
-	// defaultStreams: one. Two streams carry a striped 1 MiB put or get in
-	// about 0.6-0.75 of one stream's time on loopback, but 4 MiB ones no
-	// faster, and 8-byte put + quiet and fetch-add were slower with two
-	// (docs/performance.md, "Large transfers over TCP").
+	// defaultStreams: one. Two streams carried a striped 1 MiB put or get
+	// in about 0.6-0.75 of one stream's time on loopback, but 4 MiB ones
+	// no faster (docs/performance.md, "Large transfers over TCP"); since
+	// payloads up to 1 MiB are polled for (payloadSpinMax), one stream is
+	// as fast at 1 MiB and faster at 4 MiB (docs/performance.md, "GET
+	// replies by reference, and one stream against two").
 	defaultStreams = 1
 	// handshakeTimeout bounds one connection's whole handshake (the
 	// smaller of this and Config.Timeout).
