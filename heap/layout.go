@@ -29,7 +29,10 @@ import (
 //	TableOff = 256    16*8    sleep table: what each sleeper watches, as
 //	                          offset<<20 | length (length 0xFFFFF: to the end
 //	                          of the segment; 0: an empty entry)
-//	384               3712    zero (room for later runtime words)
+//	HdrCPUsOff = 384  128     the owner's CPU affinity when it created the
+//	                          segment: bit i of word i/64 set when it may
+//	                          run on CPU i (CPUs 0..1023); all zero: unknown
+//	512               3584    zero (room for later runtime words)
 //	TeamsOff = 4096   MaxTeams * TeamSlotSize: team slots, see below
 //	HeapBase          heap    the symmetric heap managed by the Allocator
 //
@@ -62,6 +65,8 @@ const (
 	HdrSizeOff    = 16
 	HdrHeapOff    = 24
 	HdrPidOff     = 32
+	HdrCPUsOff    = 384 // CPUWords little-endian words: the owner's affinity mask
+	CPUWords      = 16  // 1024 CPUs
 
 	WakeOff      = 64
 	SleepOff     = 128
@@ -102,7 +107,24 @@ func (s *Segment) WriteHeader(rank int, pid int) {
 	*Ptr32(s.mem, HdrVersionOff) = LayoutVersion
 	*Ptr32(s.mem, HdrRankOff) = uint32(rank)
 	*Ptr32(s.mem, HdrPidOff) = uint32(pid)
+	for i, w := range affinity() {
+		Store64(s.mem, HdrCPUsOff+8*uint64(i), w)
+	}
 	Store64(s.mem, HdrMagicOff, HeaderMagic) // last: a reader that sees the magic sees the rest
+}
+
+// CPUMask is the affinity mask the owner of segment memory mem (its
+// whole mapping, header included) published at creation: bit i of word
+// i/64 set when the owner could run on CPU i; all zero when it could not
+// tell (or mem is too short to hold it).
+func CPUMask(mem []byte) (m [CPUWords]uint64) {
+	if len(mem) < HdrCPUsOff+8*CPUWords {
+		return m
+	}
+	for i := range m {
+		m[i] = Load64(mem, HdrCPUsOff+8*uint64(i))
+	}
+	return m
 }
 
 // CheckHeader verifies a peer's segment header: magic, version, rank and

@@ -67,6 +67,9 @@ func TestLayoutConstants(t *testing.T) {
 		le.Uint64(b[16:]) != uint64(len(b)) || le.Uint64(b[24:]) != HeapBase || le.Uint32(b[32:]) != 12345 {
 		t.Fatalf("header bytes % x", b[:40])
 	}
+	if m, want := CPUMask(b), affinity(); m != want || m == ([CPUWords]uint64{}) {
+		t.Fatalf("CPU mask %x, want %x (this thread's affinity, not empty)", m, want)
+	}
 	if !seg.CheckHeader(7) || seg.CheckHeader(6) {
 		t.Fatal("CheckHeader")
 	}

@@ -51,3 +51,6 @@ func ContextStreams(c *Context) []bool {
 	}
 	return own
 }
+
+// CPUUnion is cpuUnion, for TestCPUUnion.
+var CPUUnion = cpuUnion

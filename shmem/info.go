@@ -55,7 +55,7 @@ type Info struct {
 	Threads        int // logical CPUs
 	GoVersion      string
 	SameHostPEs    int
-	Oversubscribed bool // more PEs on this host than logical CPUs
+	Oversubscribed bool // more PEs on this host than the CPUs they may run on (docs/memory-model.md)
 }
 
 // Info reports this PE's configuration.
@@ -96,7 +96,7 @@ func (pe *PE) Info() Info {
 		}
 		in.Routes = append(in.Routes, rt)
 	}
-	in.Oversubscribed = in.SameHostPEs > in.Threads
+	in.Oversubscribed = pe.oversub
 	return in
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/bits"
 	"net"
 	"os"
 	"runtime"
@@ -238,8 +239,41 @@ func (pe *PE) connectMesh(ctx context.Context, addrs []string) error {
 		pe.peers[r].link = tcpLink{l}
 		pe.peers[r].addr = peers[r] // the address it listens on
 	}
-	pe.mesh.SetOversubscribed(max(onThisMachine(pe, addrs), pe.machinePEs) > runtime.NumCPU())
+	pe.mesh.SetOversubscribed(max(onThisMachine(pe, addrs), pe.machinePEs) > pe.machineCPUs())
 	return nil
+}
+
+// machineCPUs is how many CPUs this machine's PEs may run on, as far as
+// this PE can tell: the CPUs in the union of the affinity masks that it
+// and the PEs whose heaps it maps published in their segment headers
+// (heap.CPUMask), and at least runtime.NumCPU(). A launcher that binds
+// each PE to a core of its own (mpirun --bind-to core, srun
+// --cpu-bind=cores) leaves every PE one CPU, which runtime.NumCPU()
+// alone would count as the whole machine; PEs all confined to the same
+// CPUs (taskset around the launcher) still count as sharing them.
+func (pe *PE) machineCPUs() int {
+	masks := [][heap.CPUWords]uint64{heap.CPUMask(pe.mem)}
+	for r := range pe.peers {
+		if m := pe.peers[r].mem; m != nil && r != pe.rank {
+			masks = append(masks, heap.CPUMask(m))
+		}
+	}
+	return max(cpuUnion(masks), runtime.NumCPU())
+}
+
+// cpuUnion counts the CPUs set in any of masks.
+func cpuUnion(masks [][heap.CPUWords]uint64) int {
+	var u [heap.CPUWords]uint64
+	for _, m := range masks {
+		for i, w := range m {
+			u[i] |= w
+		}
+	}
+	n := 0
+	for _, w := range u {
+		n += bits.OnesCount64(w)
+	}
+	return n
 }
 
 // onThisMachine counts the PEs that run on this machine and so share its

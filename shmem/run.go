@@ -269,7 +269,7 @@ func (pe *PE) makeTeams() {
 	}
 	pe.world = newTeam(pe, 0, all)
 	pe.world.predefined = true
-	pe.oversub = len(local) > runtime.NumCPU()
+	pe.oversub = len(local) > pe.machineCPUs()
 	pe.shared = newTeam(pe, 1, local)
 	pe.shared.predefined = true
 	pe.useSlot(pe.world)
