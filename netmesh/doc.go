@@ -40,9 +40,10 @@
 // directly, with no hand-off through the Go scheduler; callers that find
 // the token held wait for the holder to apply their reply or to hand the
 // token over. While no caller reads, the connection's reader goroutine
-// does: it sleeps on an epoll set of its own, in which the socket is armed
-// only while the token is free, so a caller's round trip wakes nobody but
-// the caller. While it pays (Config.Spin, spin.go), a goroutine waiting
+// does: it sleeps on an epoll set of its own, which arrivals signal only
+// while the token is free (the socket is quiet, SO_RCVLOWAT raised, while
+// anyone else has it), so a caller's round trip wakes nobody but the
+// caller. While it pays (Config.Spin, spin.go), a goroutine waiting
 // for bytes polls the socket before it sleeps in the netpoller, and a
 // goroutine waiting for its segment to change can poll every stream
 // (Mesh.Poll): about the kernel's round trip instead of a thread wake-up

@@ -24,18 +24,21 @@ import (
 //     sleeps. It wakes when the holder applied its reply, when the token
 //     is handed to it, or when its deadline passes.
 //   - A holder hands the token to the first follower whose call is still
-//     pending, else frees it.
+//     pending, else frees it; a caller or poller done with it leaves it
+//     lingering instead (lingerLocked, spin.go), free but still quiet.
 //   - While the token is free the stream's reader goroutine watches the
 //     socket: it sleeps in the netpoller on the stream's own epoll set
-//     (watch.go), in which the socket is armed only while the token is
-//     free or held by the reader goroutine. Bytes that arrive then wake
-//     it; it takes the token, applies what the socket holds, and frees the
-//     token again when a read finds nothing (or hands it to a follower).
-//     A caller that takes the free token disarms the socket, so its reply
-//     wakes nobody else (a poller makes the socket quiet instead: watch.go): a caller's round trip costs two epoll_ctl calls
-//     and no goroutine wake-up, which matters because readying a
+//     (watch.go), which arrivals signal while the socket is not quiet:
+//     while the token is free (not lingering) or held by the reader
+//     goroutine. Bytes that arrive then wake it; it takes the token,
+//     applies what the socket holds, and frees the token again when a
+//     read finds nothing (or hands it to a follower). A caller or poller
+//     that takes the token makes the socket quiet, so its reply wakes
+//     nobody else: no goroutine wake-up, which matters because readying a
 //     goroutine on an otherwise idle process wakes a second thread
 //     (wakep) that then takes the network wake-ups away from the first.
+//     One that takes a lingering token, as in a loop of calls or waits,
+//     makes no system call for it at all.
 //
 // While the spin policy allows it (spin.go), a holder waiting for bytes
 // polls the socket with non-blocking reads before it parks in the
@@ -73,7 +76,9 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 			// Handed the token, or took it below: lead unless there is
 			// no need any more.
 			if c.done() || c.expired.Load() || st.tok.ended {
-				st.releaseLocked()
+				if st.lingerLocked() {
+					st.l.m.lingerArm()
+				}
 				continue
 			}
 			c.granted.Store(false)
@@ -127,8 +132,8 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 func (c *call) woken() bool { return c.done() || c.granted.Load() || c.expired.Load() }
 
 // The stream's side of its token (token.go): each transition under
-// st.rmu, then what it asks for. The socket is armed in the watch, and
-// quiet, exactly when the token wants it (wantArmed, wantQuiet).
+// st.rmu, then what it asks for. The socket is quiet exactly when the
+// token wants it (wantQuiet).
 
 // takeLocked gives the free token to a holder of kind k (c for a caller)
 // and reports whether it was free. st.rmu is held.
@@ -136,17 +141,15 @@ func (st *stream) takeLocked(k holderKind, c *call) bool {
 	if !st.tok.take(k, c) {
 		return false
 	}
-	st.watchLocked() // a caller's or poller's reply wakes nobody else
+	st.watchLocked() // a caller's or poller's reply wakes nobody else (quiet)
 	return true
 }
 
-// watchLocked sets the socket's watch as the token wants it: armed or
-// not, quiet or not (disarming before lowering the mark, so that a
-// caller that takes the token from a poller wakes no reader goroutine).
-// It reports false if either could not be set. st.rmu is held.
+// watchLocked makes the socket quiet or not as the token wants it. It
+// reports false if the mark could not be set (a closed socket). st.rmu
+// is held.
 func (st *stream) watchLocked() bool {
-	ok := st.w8.set(st, st.tok.wantArmed())
-	return st.w8.setQuiet(st, st.tok.wantQuiet()) && ok
+	return st.w8.setQuiet(st, st.tok.wantQuiet())
 }
 
 // queueLocked appends c to the followers, kicking a reader goroutine or
@@ -169,9 +172,9 @@ func (st *stream) unqueueLocked(c *call) {
 func pendingCall(c *call) bool { return !c.done() && !c.expired.Load() }
 
 // releaseLocked hands the token on: to the first follower still waiting
-// for its reply, else it frees it and arms the watch (a poller's socket
-// stays armed and stops being quiet). Arming, and lowering the mark,
-// signal the watch if bytes are already queued. st.rmu is held.
+// for its reply, else it frees it and the socket stops being quiet.
+// Lowering the mark signals the watch if bytes are already queued.
+// st.rmu is held.
 //
 // A freed token with a whole frame in the read buffer wakes the reader
 // goroutine: the socket's readiness cannot announce it. A holder that
@@ -205,12 +208,13 @@ func (st *stream) handedLocked(w *call, wake bool) {
 	}
 }
 
-// lingerLocked ends a Poll's holding of the token whose wait was
-// satisfied (token.linger): to a pending follower, else freed but kept
-// quiet for the next poller, which then takes it without a system call
-// (a barrier's rounds and a loop of waits poll again within
-// microseconds). It reports whether the token lingers: then the mesh's
-// linger timer frees it (Mesh.lingerArm). st.rmu is held.
+// lingerLocked ends the holding of a caller whose call is done or of a
+// Poll whose wait was satisfied (token.linger): to a pending follower,
+// else freed but kept quiet for the next caller or poller, which then
+// takes it without a system call (a barrier's rounds, a loop of waits or
+// of calls come back within microseconds). It reports whether the token
+// lingers: then the caller arms the mesh's linger timer, which frees it
+// (Mesh.lingerArm). st.rmu is held.
 func (st *stream) lingerLocked() bool {
 	w, wake, lingers := st.tok.linger(pendingCall, st.frameBuffered(), st.l.Err() != nil)
 	st.handedLocked(w, wake)
@@ -303,7 +307,8 @@ func (st *stream) frameBuffered() bool {
 // goroutine with SpinOn, after busyIdle of polling) yields, and the watch
 // or the poller's loop takes over. A caller waits for its reply: while
 // the spin policy allows, polling for up to busySpin, then parked in
-// conn.Read, from which a kick (a read deadline in the past) gets it out.
+// conn.Read (its quiet socket made loud first, watch.go), from which a
+// kick (a read deadline in the past) gets it out.
 func (st *stream) readIdle(c *call) (int, error) {
 	if c == nil {
 		st.kick.Store(false)
@@ -354,6 +359,7 @@ func (st *stream) readIdle(c *call) (int, error) {
 				continue // kicked, or the budget is spent: look again
 			}
 		}
+		st.loudLocked() // a quiet socket would not wake the netpoller
 		st.inRead = true
 		st.rmu.Unlock()
 		k, err := st.conn.Read(st.buf[st.w:])

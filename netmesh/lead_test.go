@@ -289,10 +289,10 @@ func TestPollerReleaseAnnounces(t *testing.T) {
 	st := p.m.Link(0).streams[0]
 	deadline := holdToken(t, st, heldPoller)
 	st.rmu.Lock()
-	armed, quiet := st.w8.armed, st.w8.quiet
+	quiet := st.w8.quiet
 	st.rmu.Unlock()
-	if !armed || !quiet {
-		t.Fatalf("a poller's socket: armed %v, quiet %v; want both", armed, quiet)
+	if !quiet {
+		t.Fatal("a poller's socket is not quiet")
 	}
 	before := p.applied.Load()
 	frame := append(appendPut(nil, 64, 8), bytes.Repeat([]byte{0xCD}, 8)...)
@@ -358,6 +358,39 @@ func holdToken(t *testing.T, st *stream, k holderKind) time.Time {
 // would wait for the peer's next bytes, a heartbeat an hour away, and the
 // test fails at its deadline.
 func TestLinger(t *testing.T) {
+	yes := func() bool { return true }
+	lingerTest(t, func(p *tpe, _ *rawPeer) bool { return p.m.Poll(time.Second, yes) })
+}
+
+// TestCallerLingers: a caller whose call is done leaves the token
+// lingering as a Poll does, so that a loop of blocking calls sets no
+// mark per call; the timer frees it.
+func TestCallerLingers(t *testing.T) {
+	lingerTest(t, func(p *tpe, r *rawPeer) bool {
+		done := make(chan error, 1)
+		var old uint64
+		go func() {
+			var err error
+			old, err = p.m.Link(0).Atomic(8, OpFetch, 0, 0, 0)
+			done <- err
+		}()
+		f, err := r.readUntil(typeAtomic, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.send(appendAtomicResp(nil, f.ID, statusOK, 42))
+		if err := <-done; err != nil || old != 42 {
+			t.Fatalf("fetch: %d, %v", old, err)
+		}
+		return true
+	})
+}
+
+// lingerTest runs TestLinger and TestCallerLingers: take (held by a
+// Poll or a call, on PE 1 of a job with a raw peer), until two takes in
+// a row left the token lingering with no mark set between them; then a
+// PUT from the peer must be applied, which only the linger timer can do.
+func lingerTest(t *testing.T, take func(*tpe, *rawPeer) bool) {
 	p, r := rawJob(t, 1<<16, func(c *Config) { c.Heartbeat = time.Hour; c.Spin = SpinOn })
 	st := p.m.Link(0).streams[0]
 	now := func() (holderKind, int) {
@@ -365,11 +398,7 @@ func TestLinger(t *testing.T) {
 		defer st.rmu.Unlock()
 		return st.tok.kind, st.w8.marks
 	}
-	yes := func() bool { return true }
 	deadline := time.Now().Add(5 * time.Second)
-	// First the reader goroutine applies a PUT, so that it has made its
-	// first look at the stream and sleeps: it would take a lingering
-	// token as a free one, and the PUT below would not need the timer.
 	put := func(b byte) {
 		before := p.applied.Load()
 		r.send(append(appendPut(nil, 64, 8), bytes.Repeat([]byte{b}, 8)...))
@@ -385,29 +414,69 @@ func TestLinger(t *testing.T) {
 			t.Fatalf("segment %x after the PUT of %#x", p.mem[64:72], b)
 		}
 	}
+	// First the reader goroutine applies a PUT, so that it has made its
+	// first look at the stream and sleeps: it would take a lingering
+	// token as a free one, and the PUT below would not need the timer.
 	put(0xCD)
 	for {
 		if time.Now().After(deadline) {
-			t.Fatal("no Poll took a lingering token back without setting the mark (or none lingered)")
+			t.Fatal("no take of a lingering token left it lingering without setting the mark (or none lingered)")
 		}
 		resetSpin()
-		if !p.m.Poll(time.Second, yes) {
+		if !take(p, r) {
 			continue
 		}
 		k, marks := now()
 		if k != heldLinger {
 			continue // the token was not free, or the timer freed it already
 		}
-		if !p.m.Poll(time.Second, yes) {
+		if !take(p, r) {
 			continue
 		}
 		if k, m := now(); k == heldLinger && m == marks {
 			break // taken back and left again, with no system call
 		}
-		// The timer freed it between the Polls (a loaded machine): again.
+		// The timer freed it between the takes (a loaded machine): again.
 	}
 	put(0xAB) // sent while the token lingers
 	if k, _ := now(); k == heldLinger {
 		t.Fatal("the PUT was applied, but the token still lingers")
+	}
+}
+
+// TestPollThatParksFreesLingering: a Poll that does not poll (the spin
+// policy says no: here, polling paused) frees the tokens that linger, at
+// once, since its caller parks next and what it waits for may arrive on
+// a lingering socket, which announces nothing until the timer fires (up
+// to a millisecond when the process sleeps).
+func TestPollThatParksFreesLingering(t *testing.T) {
+	p, _ := rawJob(t, 1<<16, func(c *Config) { c.Heartbeat = time.Hour; c.Spin = SpinOn })
+	st := p.m.Link(0).streams[0]
+	kind := func() holderKind {
+		st.rmu.Lock()
+		defer st.rmu.Unlock()
+		return st.tok.kind
+	}
+	defer resetSpin()
+	yes := func() bool { return true }
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatal("no Poll left the token lingering")
+		}
+		resetSpin()
+		if p.m.Poll(time.Second, yes) && kind() == heldLinger {
+			p.m.lingerT.Stop() // keep the timer out of it
+			if kind() == heldLinger {
+				break
+			}
+		}
+	}
+	spinOff.Store(mono() + int64(time.Hour)) // polling paused: Poll will not poll
+	if p.m.Poll(time.Second, yes) {
+		t.Fatal("Poll polled while polling was paused")
+	}
+	if k := kind(); k == heldLinger {
+		t.Fatal("a Poll that did not poll left the token lingering for its parking caller")
 	}
 }

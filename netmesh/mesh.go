@@ -36,7 +36,7 @@ type Mesh struct {
 	pollList atomic.Pointer[[]*stream] // the streams of ready links, for Poll (spin.go); set under mu
 	oversub  atomic.Bool               // SetOversubscribed
 
-	lingerT *time.Timer // frees lingering read tokens (spin.go, unlinger)
+	lingerT *time.Timer // frees lingering read tokens (spin.go, freeLingering)
 }
 
 // Listen checks cfg, listens on cfg.Listen and starts accepting peers.
@@ -62,7 +62,7 @@ func Listen(cfg Config) (*Mesh, error) {
 	}
 	m.hs = hsParams{key: cfg.Key, jobID: cfg.JobID, rank: cfg.Rank, size: cfg.Size, streams: cfg.Streams, memSize: uint64(len(cfg.Mem))}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	m.lingerT = time.AfterFunc(time.Hour, m.unlinger)
+	m.lingerT = time.AfterFunc(time.Hour, m.freeLingering)
 	m.lingerT.Stop()
 	m.wg.Add(2)
 	go m.acceptLoop()

@@ -290,6 +290,10 @@ func (m *Mesh) Poll(d time.Duration, done func() bool) bool {
 	yield := false // give the processor away after every look
 	if !m.spinOK(now) {
 		if !m.yieldOK(now) {
+			// The caller parks now: nobody may be left to read a
+			// lingering socket until the timer, up to a millisecond when
+			// the process sleeps, and what it waits for may be there.
+			m.freeLingering()
 			return false
 		}
 		yield, d = true, min(d, yieldSpin)
@@ -380,6 +384,9 @@ func (m *Mesh) Poll(d time.Duration, done func() bool) bool {
 	if lingers {
 		m.lingerArm()
 	}
+	if !ok && len(*streams) > len(buf) {
+		m.freeLingering() // streams past pollMax, left to their reader goroutines
+	}
 	return ok
 }
 
@@ -405,10 +412,11 @@ const lingerFor = 50 * time.Microsecond
 // runs. Resetting costs about 50 ns.
 func (m *Mesh) lingerArm() { m.lingerT.Reset(lingerFor) }
 
-// unlinger is the linger timer: it frees every lingering token, under
-// its stream's lock (one that a Poll lingers again meanwhile is freed
-// too, or at the timer's next run).
-func (m *Mesh) unlinger() {
+// freeLingering frees every lingering token, under its stream's lock
+// (one that a caller or Poll lingers again meanwhile is freed too, or at
+// the timer's next run). It is the linger timer's function, and a Poll
+// that does not poll calls it, since its caller then parks.
+func (m *Mesh) freeLingering() {
 	streams := m.pollList.Load()
 	if streams == nil {
 		return

@@ -2,10 +2,10 @@ package netmesh
 
 // A stream's read token as a pure state machine (lead.go says who reads
 // a stream and why): no I/O, no locks, no goroutines. The stream calls
-// its methods under st.rmu and carries out what they report: it arms or
-// disarms the socket in the reader goroutine's watch to match
-// wantArmed, makes it quiet or not to match wantQuiet, signals a follower it was granted the token, wakes the
-// reader goroutine, kicks a holder. TestTokenRandom drives it with
+// its methods under st.rmu and carries out what they report: it makes
+// the socket quiet or not to match wantQuiet, signals a follower it was
+// granted the token, wakes the reader goroutine, kicks a holder, arms the
+// linger timer. TestTokenRandom drives it with
 // random interleavings of takes, queues, completions, expiries,
 // releases and ends, checking the invariants below after every step.
 //
@@ -16,15 +16,15 @@ package netmesh
 //   - arrivals should signal the reader goroutine's watch exactly while
 //     the token is free (and not lingering) or held by the reader
 //     goroutine and the stream has not ended: then nobody else reads
-//     them. The socket is armed in the watch (wantArmed) unless a caller
-//     holds the token, and quiet (wantQuiet: its receive low-water mark
-//     raised, so that an arrival signals no epoll set at all, watch.go)
-//     exactly while a poller holds it or it lingers. A caller may park in
-//     conn.Read, which needs the socket's readiness, so its socket is
-//     never quiet; a poller only makes non-blocking reads, and a socket
-//     left armed under it signals nobody while it is quiet;
-//   - a lingering token (heldLinger: a poller whose wait was satisfied
-//     left it, still quiet, for the next poller) is free to take for
+//     them. The socket stays in the watch for the stream's life and is
+//     quiet (wantQuiet: its receive low-water mark raised, so that an
+//     arrival signals no epoll set at all, watch.go) exactly while a
+//     caller or a poller holds the token or it lingers. A holder reads
+//     with non-blocking reads while quiet; one that parks in conn.Read,
+//     which needs the socket's readiness, lowers the mark first
+//     (stream.loud);
+//   - a lingering token (heldLinger: a caller or poller done with it
+//     left it, still quiet, for the next one) is free to take for
 //     anyone, and the stream frees it for good (release) within a
 //     bounded time (the mesh's linger timer, spin.go): arrivals that
 //     nobody reads meanwhile wait at most that long;
@@ -43,7 +43,7 @@ const (
 	heldCaller                   // a caller blocked for its reply (token.holder)
 	heldReader                   // the stream's reader goroutine
 	heldPoller                   // a goroutine in Mesh.Poll
-	heldLinger                   // nobody: free, but its socket kept quiet for the next poller
+	heldLinger                   // nobody: free, but its socket kept quiet for the next caller or poller
 )
 
 type token struct {
@@ -60,16 +60,10 @@ func (t *token) free() bool { return (t.kind == heldNone || t.kind == heldLinger
 // held reports whether someone holds the token.
 func (t *token) held() bool { return t.kind != heldNone && t.kind != heldLinger }
 
-// wantArmed reports whether the socket should be armed in the reader
-// goroutine's watch.
-func (t *token) wantArmed() bool {
-	return !t.ended && t.kind != heldCaller
-}
-
 // wantQuiet reports whether the socket should be quiet: arrivals signal
 // nobody, since the poller that holds the token reads them (watch.go).
 func (t *token) wantQuiet() bool {
-	return !t.ended && (t.kind == heldPoller || t.kind == heldLinger)
+	return !t.ended && t.kind != heldNone && t.kind != heldReader
 }
 
 // take gives the free token (lingering or not) to a holder of kind k
@@ -143,9 +137,9 @@ func (t *token) release(pending func(*call) bool, frameBuffered, linkDown bool) 
 	return nil, frameBuffered || linkDown
 }
 
-// linger ends a poller's holding as release does, except that a token
-// it would free is left lingering (still quiet, for the next poller to
-// take without a system call) unless a whole frame is buffered or the
+// linger ends a caller's or poller's holding as release does, except
+// that a token it would free is left lingering (still quiet, for the next
+// caller or poller to take without a system call) unless a whole frame is buffered or the
 // link is down: then it is freed, with the wake release asks for. The
 // stream must free a lingering token (release) within a bounded time.
 // It reports what release reports, and whether the token lingers.

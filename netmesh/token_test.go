@@ -13,8 +13,8 @@ import (
 // take the token or queue for it, have their replies applied by whoever
 // holds it, expire, or wake late (a wake-up delayed past the release that
 // passed them over); a reader goroutine and a poller that take and free
-// it, the poller also leaving it to linger, and the linger timer that
-// frees a lingering token; frames left in the buffer; the stream's end. After every step the
+// it, callers and the poller also leaving it to linger, and the linger
+// timer that frees a lingering token; frames left in the buffer; the stream's end. After every step the
 // invariants of token.go hold, and each release does what it must.
 func TestTokenRandom(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
@@ -78,7 +78,7 @@ func tokenRun(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
 	// hands over.
 	release := func(who string) {
 		fb, down := rng.IntN(3) == 0, rng.IntN(10) == 0
-		lingering := tk.kind == heldPoller && rng.IntN(2) == 0
+		lingering := (tk.kind == heldPoller || tk.kind == heldCaller) && rng.IntN(2) == 0
 		var want *call
 		if !tk.ended {
 			for w := tk.whead; w != nil; w = w.next {
@@ -220,21 +220,17 @@ func tokenRun(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
 		if count != tk.queued {
 			fail("%d followers counted, %d queued", count, tk.queued)
 		}
-		// An arrival signals the reader goroutine's watch (armed and not
-		// quiet) exactly when nobody else reads it; a caller, which may
-		// park in conn.Read, never holds a quiet socket.
-		signals := tk.wantArmed() && !tk.wantQuiet()
+		// An arrival signals the reader goroutine's watch (the socket is
+		// not quiet) exactly when nobody else reads it.
+		signals := !tk.ended && !tk.wantQuiet()
 		if signals != (!tk.ended && (tk.kind == heldNone || tk.kind == heldReader)) {
-			fail("arrivals signal the watch %v (armed %v, quiet %v) with kind %v, ended %v", signals, tk.wantArmed(), tk.wantQuiet(), tk.kind, tk.ended)
+			fail("arrivals signal the watch %v (quiet %v) with kind %v, ended %v", signals, tk.wantQuiet(), tk.kind, tk.ended)
 		}
-		if tk.kind == heldLinger && (!timer || !tk.free() || tk.held() || !tk.wantQuiet() || !tk.wantArmed()) {
-			fail("a lingering token: timer pending %v, free %v, held %v, quiet %v, armed %v", timer, tk.free(), tk.held(), tk.wantQuiet(), tk.wantArmed())
+		if tk.kind == heldLinger && (!timer || !tk.free() || tk.held() || !tk.wantQuiet()) {
+			fail("a lingering token: timer pending %v, free %v, held %v, quiet %v", timer, tk.free(), tk.held(), tk.wantQuiet())
 		}
-		if tk.kind == heldCaller && tk.wantQuiet() {
-			fail("a caller holds a quiet socket")
-		}
-		if tk.ended && (tk.wantArmed() || tk.wantQuiet()) {
-			fail("an ended stream wants armed %v, quiet %v", tk.wantArmed(), tk.wantQuiet())
+		if tk.ended && tk.wantQuiet() {
+			fail("an ended stream wants its socket quiet")
 		}
 		if tk.free() {
 			for w := tk.whead; w != nil; w = w.next {

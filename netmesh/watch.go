@@ -10,51 +10,39 @@ import (
 )
 
 // watcher is a stream's own epoll set (see lead.go). The stream's socket
-// is armed in the set (EPOLLIN) only while the read token is free or held
-// by the reader goroutine, and the set itself is registered with Go's
-// netpoller, so the reader goroutine sleeps on it there and wakes only
-// when bytes arrive while no caller reads the stream, or when it is woken
-// on purpose (a read deadline in the past on the set). A caller that
-// takes the token disarms the socket (EPOLL_CTL_MOD without EPOLLIN) and
-// arms it again when it frees the token, under the stream's rmu. Arming
-// reports bytes that are already there, so none are missed between the
-// holder's last read and the arming.
+// is in the set (EPOLLIN, edge-triggered) for the stream's life, and the
+// set itself is registered with Go's netpoller, so the reader goroutine
+// sleeps on it there and wakes when bytes arrive that the socket's
+// receive low-water mark lets signal, or when it is woken on purpose (a
+// read deadline in the past on the set). Nobody collects the set's
+// events: its own wake-up of the netpoller is all that matters, and the
+// kernel signals the set's pollers on every arrival that the mark lets
+// through, whether or not the entry is still queued from an earlier one.
 //
-// The entry is edge-triggered, and nobody collects its events except to
-// clear them: the set's own wake-up of the netpoller is all that matters.
-// The kernel signals the set's pollers on each arrival while the socket
-// is armed, and when arming finds it readable, but not when arming finds
-// its entry still queued from an earlier arrival. So before arming, an
-// entry that may still be queued from an arrival that the reader
-// goroutine has already handled is cleared (epoll_wait without waiting).
-// It can be queued only if the reader goroutine woke since the last
-// arming (dirty); an arrival whose wake-up the reader has not yet handled
-// needs no new signal.
-//
-// A poller (Mesh.Poll) that takes the token leaves the socket armed and
-// makes it quiet instead: it raises the socket's receive low-water mark
-// (SO_RCVLOWAT) to quietLowat, below which the kernel signals an arrival
-// to no epoll set at all. That spares two wake-ups per arrival, not
-// only the reader goroutine's: the socket is also registered with Go's
-// netpoller (it is a net.TCPConn), whose idle thread otherwise wakes for
-// every arrival although nobody waits on the socket there (each wake-up
-// two epoll_pwait calls and a context switch, on the CPU the pollers
-// need). Non-blocking reads return what is there whatever the mark. When
-// the poller frees the token it lowers the mark to 1, and lowering
-// signals the socket's readiness if bytes are queued (the kernel checks
-// at once), so the reader goroutine's watch hears of bytes that arrived
-// after the poller's last read, as arming reports them. A caller that
-// takes the token from a poller has the mark lowered (it may park in
-// conn.Read, which needs the readiness) and the socket disarmed. Bursts
-// of quietLowat bytes or more, a full receive window and the peer's
-// FIN still signal while quiet: the reader goroutine then wakes, finds
-// the token held, and sleeps again.
+// Who hears of an arrival is decided by the mark alone. While the token
+// is free or held by the reader goroutine the mark is 1: every arrival
+// wakes the reader goroutine. While anyone else has the token (a caller,
+// a poller, or nobody but lingering: token.wantQuiet) the socket is
+// quiet: its mark (SO_RCVLOWAT) is raised to quietLowat, below which the
+// kernel signals an arrival to no epoll set at all. That spares two
+// wake-ups per arrival, not only the reader goroutine's: the socket is
+// also registered with Go's netpoller (it is a net.TCPConn), whose idle
+// thread otherwise wakes for every arrival although nobody waits on the
+// socket there (each wake-up two epoll_pwait calls and a context switch,
+// on the CPU the pollers need). Non-blocking reads return what is there
+// whatever the mark. When the token is freed the mark is lowered to 1,
+// and lowering signals the socket's readiness if bytes are queued (the
+// kernel checks at once), so the reader goroutine's watch hears of bytes
+// that arrived after the holder's last read. A holder about to park in
+// conn.Read (a caller that stops polling, or anyone inside a frame)
+// lowers the mark first (stream.loud), since a quiet socket would not
+// wake the netpoller either. Bursts of quietLowat bytes or more, a full
+// receive window and the peer's FIN still signal while quiet: the reader
+// goroutine then wakes, finds the token held, and sleeps again.
 type watcher struct {
 	f      *os.File
 	raw    syscall.RawConn // of f
 	epfd   int
-	armed  bool // under rmu: EPOLLIN is armed
-	dirty  bool // under rmu: the reader woke since the last arming
 	woken  bool // under rmu: a deadline in the past is set on f
 	closed bool // under rmu: f is closed (the reader goroutine ended)
 	quiet  bool // under rmu: the socket's receive low-water mark is quietLowat
@@ -65,7 +53,6 @@ type watcher struct {
 	op    int
 	cerr  error
 	ctlFn func(fd uintptr)
-	evs   [1]unix.EpollEvent
 	lowat int // argument of lowatCtl
 	lowFn func(fd uintptr)
 }
@@ -109,34 +96,12 @@ func (w *watcher) init(st *stream) error {
 		w.f.Close()
 		return os.NewSyscallError("epoll_ctl", w.cerr)
 	}
-	w.armed = true
 	return nil
 }
 
 func (w *watcher) ctl(fd uintptr) {
 	w.ev.Fd = int32(fd)
 	w.cerr = unix.EpollCtl(w.epfd, w.op, int(fd), &w.ev)
-}
-
-// set arms or disarms the socket. It reports false if the socket is
-// closed (a closed socket has left the set by itself). st.rmu is held.
-func (w *watcher) set(st *stream, on bool) bool {
-	if w.closed {
-		return false
-	}
-	if w.armed == on {
-		return true
-	}
-	w.armed = on
-	w.op, w.ev.Events = unix.EPOLL_CTL_MOD, unix.EPOLLET
-	if on {
-		if w.dirty {
-			w.dirty = false
-			unix.EpollWait(w.epfd, w.evs[:], 0)
-		}
-		w.ev.Events = watchEvents
-	}
-	return st.raw.Control(w.ctlFn) == nil && w.cerr == nil
 }
 
 // setQuiet makes the socket quiet or not (see watcher). It reports false
@@ -169,9 +134,18 @@ func (st *stream) loud() {
 		return
 	}
 	st.rmu.Lock()
+	st.loudLocked()
+	st.rmu.Unlock()
+}
+
+// loudLocked is loud with st.rmu held.
+func (st *stream) loudLocked() {
+	w := &st.w8
+	if !w.quiet || w.loud {
+		return
+	}
 	w.loud, w.lowat = true, 1
 	st.raw.Control(w.lowFn) // a failure shows as the read's
-	st.rmu.Unlock()
 }
 
 // quietAgain raises the mark that loud lowered.
@@ -193,9 +167,6 @@ func (w *watcher) lowatCtl(fd uintptr) {
 	w.marks++
 	w.cerr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, w.lowat)
 }
-
-func (w *watcher) arm(st *stream) bool { return w.set(st, true) }
-func (w *watcher) disarm(st *stream)   { w.set(st, false) }
 
 // wake gets the reader goroutine out of its sleep on the set, to look at
 // the stream's state. st.rmu is held.
@@ -246,7 +217,6 @@ func (st *stream) watchLoop() error {
 // event.
 func (st *stream) onWatch(uintptr) bool {
 	st.rmu.Lock()
-	st.w8.dirty = true
 	if st.tok.ended {
 		st.rmu.Unlock()
 		return true
