@@ -39,7 +39,7 @@ func Put[T Elem](dst Sym[T], src []T, target int) error {
 	if p.mem == nil {
 		return lk.Put(off, asBytes(src))
 	}
-	copy(p.mem[off:], asBytes(src))
+	copyData(p.mem[off:], asBytes(src))
 	pe.notify(p, off, uint64(len(src)*sizeOf[T]()))
 	return nil
 }
@@ -62,7 +62,7 @@ func Get[T Elem](dst []T, src Sym[T], target int) error {
 		}
 		return lk.Get(asBytes(dst), off)
 	}
-	copy(asBytes(dst), p.mem[off:])
+	copyData(asBytes(dst), p.mem[off:])
 	return nil
 }
 
@@ -117,7 +117,7 @@ func PutNBI[T Elem](dst Sym[T], src []T, target int) error {
 	if p.mem == nil {
 		return lk.PutNBI(off, asBytes(src))
 	}
-	copy(p.mem[off:], asBytes(src))
+	copyData(p.mem[off:], asBytes(src))
 	pe.notify(p, off, uint64(len(src)*sizeOf[T]()))
 	return nil
 }
@@ -141,7 +141,7 @@ func GetNBI[T Elem](dst []T, src Sym[T], target int) error {
 	if p.mem == nil {
 		return lk.GetNBI(asBytes(dst), off)
 	}
-	copy(asBytes(dst), p.mem[off:])
+	copyData(asBytes(dst), p.mem[off:])
 	return nil
 }
 

@@ -86,7 +86,7 @@ func putSignal[T Elem](dst Sym[T], src []T, sig Sym[uint64], v uint64, op Signal
 // signal. The signal is an atomic read-modify-write or store: it orders
 // the data before it and is a full fence for the sleeper check.
 func putSignalLocal(p *peer, off uint64, src []byte, sp *peer, soff, v uint64, op SignalOp) {
-	copy(p.mem[off:], src)
+	copyData(p.mem[off:], src)
 	if op == SignalSet {
 		heap.AtomicAt(sp.mem, soff, 8, heap.OpSet, v, 0)
 	} else {
