@@ -110,7 +110,7 @@ func (in Info) String() string {
 	fmt.Fprintf(&b, "  timeout %v, debug checks %v\n", in.Timeout, in.Debug)
 	fmt.Fprintf(&b, "  CPU: %s; %d cores, %d logical CPUs; cache line %d bytes\n", in.CPU, in.Cores, in.Threads, in.CacheLine)
 	if in.Oversubscribed {
-		fmt.Fprintf(&b, "  %d PEs share this host's %d logical CPUs: waits yield and sleep\n", in.SameHostPEs, in.Threads)
+		fmt.Fprintf(&b, "  %d PEs on this host outnumber the CPUs they may run on: waits yield and sleep\n", in.SameHostPEs)
 	}
 	for _, r := range in.Routes {
 		fmt.Fprintf(&b, "  route to PE %d: %s (host %q)", r.PE, r.Kind, r.Host)
