@@ -37,6 +37,10 @@ type Mesh struct {
 	oversub  atomic.Bool               // SetOversubscribed
 
 	lingerT *time.Timer // frees lingering read tokens (spin.go, freeLingering)
+
+	// The watchdog goroutine's own (watchdog.go).
+	wclock    watchClock
+	watchList []*stream
 }
 
 // Listen checks cfg, listens on cfg.Listen and starts accepting peers.
@@ -59,6 +63,7 @@ func Listen(cfg Config) (*Mesh, error) {
 		links:     make(map[int]*Link),
 		hsConns:   make(map[net.Conn]struct{}),
 		changed:   make(chan struct{}),
+		wclock:    watchClock{tick: watchInterval(&cfg)},
 	}
 	m.hs = hsParams{key: cfg.Key, jobID: cfg.JobID, rank: cfg.Rank, size: cfg.Size, streams: cfg.Streams, memSize: uint64(len(cfg.Mem))}
 	m.ctx, m.cancel = context.WithCancel(context.Background())

@@ -7,10 +7,11 @@ import (
 
 // watchdog is the mesh's one timer goroutine. Every half heartbeat
 // interval (or an eighth of Config.Timeout, if that is shorter) it looks
-// at each running stream:
+// at each running stream (watchTick):
 //
-//   - receive side: if no read returned data for Heartbeat*Misses, the
-//     peer is lost (a live peer sends at least a HEARTBEAT per interval);
+//   - receive side: if no read returned data for Heartbeat*Misses (on
+//     the watchdog's clock, below), the peer is lost (a live peer sends
+//     at least a HEARTBEAT per interval);
 //   - send side: if no batch was written for one Heartbeat, it queues a
 //     HEARTBEAT;
 //   - blocked callers: a caller whose deadline (Config.Timeout) passed is
@@ -20,36 +21,80 @@ import (
 // It reads the streams' counters (recvs, activity) and keeps its own
 // last-change times, so the data path pays one atomic add per read and
 // per batch, sets no timer per call, and no deadline on any socket.
+//
+// Silence is measured on the watchdog's own clock (watchClock), which
+// counts at most two ticks for any gap between two ticks: while this
+// process did not run (stopped, descheduled on a loaded machine, a
+// long pause of the whole runtime) neither did its reader goroutines,
+// so the peer's heartbeats may be queued unread in the socket, and what
+// the watchdog saw was its own stall, not the peer's silence. On the
+// wall clock a stall of the process as long as Heartbeat*Misses made
+// its next tick fail the links whose bytes it had not read yet
+// (TestWatchdogStallIsNotSilence; TestChannelStreamHeartbeats failed
+// so when its process was stopped for 300 ms, and under heavy load).
+// A peer that is really silent is still found lost: the clock advances
+// by at least a tick per tick.
 func (m *Mesh) watchdog() {
 	defer m.wg.Done()
-	t := time.NewTicker(max(min(m.cfg.Heartbeat/2, m.cfg.Timeout/8), time.Millisecond))
+	t := time.NewTicker(m.wclock.tick)
 	defer t.Stop()
-	var streams []*stream
 	for {
-		var now time.Time
 		select {
 		case <-m.ctx.Done():
 			return
-		case now = <-t.C:
+		case <-t.C:
 		}
-		streams = streams[:0]
-		m.mu.Lock()
-		for _, l := range m.links {
-			if l.Err() != nil {
-				continue
-			}
-			for _, st := range l.allLocked() {
-				if st.started.Load() {
-					streams = append(streams, st)
-				}
-			}
-		}
-		m.mu.Unlock()
-		for _, st := range streams {
-			st.watch(now)
-		}
-		clear(streams)
+		m.watchTick(time.Now())
 	}
+}
+
+// watchInterval is the watchdog's tick: every half heartbeat interval,
+// or an eighth of the timeout if that is shorter.
+func watchInterval(cfg *Config) time.Duration {
+	return max(min(cfg.Heartbeat/2, cfg.Timeout/8), time.Millisecond)
+}
+
+// watchClock is the watchdog's clock: it advances with the wall clock,
+// but by at most two ticks from one tick to the next.
+type watchClock struct {
+	tick time.Duration
+	wall time.Time // the last tick's wall time (zero before the first)
+	now  time.Time // the clock's reading at the last tick
+}
+
+// advance reads the clock at a tick at wall time wall.
+func (c *watchClock) advance(wall time.Time) time.Time {
+	if c.wall.IsZero() {
+		c.now = wall
+	} else {
+		c.now = c.now.Add(min(max(wall.Sub(c.wall), 0), 2*c.tick))
+	}
+	c.wall = wall
+	return c.now
+}
+
+// watchTick is one tick of the watchdog at wall time wall: it looks at
+// every running stream of the links that are up.
+func (m *Mesh) watchTick(wall time.Time) {
+	now := m.wclock.advance(wall)
+	streams := m.watchList[:0]
+	m.mu.Lock()
+	for _, l := range m.links {
+		if l.Err() != nil {
+			continue
+		}
+		for _, st := range l.allLocked() {
+			if st.started.Load() {
+				streams = append(streams, st)
+			}
+		}
+	}
+	m.mu.Unlock()
+	for _, st := range streams {
+		st.watch(now)
+	}
+	clear(streams)
+	m.watchList = streams
 }
 
 func (st *stream) watch(now time.Time) {
