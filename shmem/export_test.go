@@ -54,3 +54,6 @@ func ContextStreams(c *Context) []bool {
 
 // CPUUnion is cpuUnion, for TestCPUUnion.
 var CPUUnion = cpuUnion
+
+// ProcsFor is procsFor, for TestProcsFor.
+var ProcsFor = procsFor

@@ -239,8 +239,35 @@ func (pe *PE) connectMesh(ctx context.Context, addrs []string) error {
 		pe.peers[r].link = tcpLink{l}
 		pe.peers[r].addr = peers[r] // the address it listens on
 	}
-	pe.mesh.SetOversubscribed(max(onThisMachine(pe, addrs), pe.machinePEs) > pe.machineCPUs())
+	pes, cpus := max(onThisMachine(pe, addrs), pe.machinePEs), pe.machineCPUs()
+	pe.mesh.SetOversubscribed(pes > cpus)
+	if pe.job == nil && os.Getenv("GOMAXPROCS") == "" {
+		if n := procsFor(pes, cpus, runtime.GOMAXPROCS(0)); n < runtime.GOMAXPROCS(0) {
+			runtime.GOMAXPROCS(n)
+		}
+	}
 	return nil
+}
+
+// procsFor is the GOMAXPROCS of a PE process with TCP links when pes PEs
+// share this machine's cpus CPUs, and the runtime has procs: its share
+// of the CPUs, at least 1, when the PEs outnumber them; procs otherwise.
+//
+// Each Go processor beyond a PE's share is a thread that the runtime
+// wakes to run whatever becomes ready (a stream's reader goroutine that
+// an arrival woke, finding the read token held; a timer) while the PE's
+// own goroutine runs or polls: two context switches each time, on a
+// CPU that another PE needed. 4 PEs over TCP on 2 CPUs, 520 AllReduces
+// of 1 MiB: 62,000 context switches and 2.08 s of CPU with GOMAXPROCS 2,
+// 13,000 and 1.68 s with 1 (docs/performance.md). Only launched PEs
+// (Init) take it, never the goroutine PEs of Run, which share one
+// process, and not when the environment sets GOMAXPROCS. PEs that only
+// share memory keep the runtime's count (not measured).
+func procsFor(pes, cpus, procs int) int {
+	if pes <= cpus || cpus <= 0 || pes <= 0 {
+		return procs
+	}
+	return max(1, min(procs, cpus/pes))
 }
 
 // machineCPUs is how many CPUs this machine's PEs may run on, as far as
