@@ -254,3 +254,68 @@ func TestCostControllerFollowsCosts(t *testing.T) {
 		t.Fatalf("one 1 s stall turned the choice: polled %d ns, parked %d ns", s.polled.Load(), s.parked.Load())
 	}
 }
+
+// A PollFrom waiting on one link still reads the others (every
+// pollOthers): PE 0 polls for a frame from PE 1, and PE 2's flag, which
+// arrives on a socket the poller holds quiet (nobody else reads it), is
+// applied by that poll, which then returns true. Were the other links
+// never read, the poll would return false: when its time since the last
+// bytes ran out, or earlier when the machine deschedules it; then the
+// flag is applied by the reader goroutine once the poll gives the token
+// back, and the test tries again with another flag.
+func TestPollFromReadsOtherLinks(t *testing.T) {
+	pes := newJob(t, 3, 1<<16, "127.0.0.1", func(c *Config) { c.Spin = SpinOn; c.Heartbeat = time.Hour })
+	p0 := pes[0]
+	st := link(t, pes, 0, 2).streams[0]
+	defer resetSpin()
+	polled := make(chan bool)
+	// held waits until the poller holds PE 2's stream (it takes every
+	// free token as it starts), so that only the poller can read it; false
+	// if the poll returned first.
+	held := func() bool {
+		for {
+			st.rmu.Lock()
+			k := st.tok.kind
+			st.rmu.Unlock()
+			if k == heldPoller {
+				return true
+			}
+			select {
+			case ok := <-polled:
+				if ok {
+					t.Fatal("PollFrom reported done before anything was sent")
+				}
+				return false
+			default:
+				runtime.Gosched()
+			}
+		}
+	}
+	sent := p0.applied.Load()
+	for try := 0; try < 20; try++ {
+		// Every flag sent before was applied (by the reader goroutine, if
+		// the poll gave up), so only this try's flag ends this poll.
+		for deadline := time.Now().Add(10 * time.Second); p0.applied.Load() < sent; {
+			if time.Now().After(deadline) {
+				t.Fatal("an earlier flag was never applied")
+			}
+			runtime.Gosched()
+		}
+		resetSpin()
+		base := p0.applied.Load()
+		go func() {
+			polled <- p0.m.PollFrom(100*time.Millisecond, 1, func() bool { return p0.applied.Load() > base })
+		}()
+		if !held() {
+			continue // it gave up at once (polling paused): again
+		}
+		if err := link(t, pes, 2, 0).Signal(64, uint64(try+1)); err != nil {
+			t.Fatal(err)
+		}
+		sent = base + 1
+		if <-polled {
+			return
+		}
+	}
+	t.Fatal("in 20 tries, no PollFrom(from 1) applied PE 2's flag")
+}

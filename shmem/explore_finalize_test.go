@@ -425,8 +425,9 @@ func TestExploreFinalizeMutants(t *testing.T) {
 // The model's copy of the sleeping loops' order (load the wake word or
 // the poke channel, the condition, alive, sleep on what was loaded) is
 // held to the code: the statements appear in wait.go in that order, in
-// await and in parkUntil. A reorder that could lose a wake-up (alive
-// before the load) fails here, and the model must then follow it.
+// awaitFrom (await's body) and in parkUntil. A reorder that could lose a
+// wake-up (alive before the load) fails here, and the model must then
+// follow it.
 func TestExploreFinalizeLoopOrder(t *testing.T) {
 	src, err := os.ReadFile("wait.go")
 	if err != nil {
@@ -437,7 +438,7 @@ func TestExploreFinalizeLoopOrder(t *testing.T) {
 		fn    string
 		order []string
 	}{
-		{"func (pe *PE) await(", []string{"heap.BeginSleep", "for {", "seq := atomic.LoadUint32(me.wake)", "if cond() {", "pe.alive()", "heap.FutexWait(me.wake, seq, nap)", "if cond() {", "pe.alive()"}},
+		{"func (pe *PE) awaitFrom(", []string{"heap.BeginSleep", "for {", "seq := atomic.LoadUint32(me.wake)", "if cond() {", "pe.alive()", "heap.FutexWait(me.wake, seq, nap)", "if cond() {", "pe.alive()"}},
 		{"func (pe *PE) parkUntil(", []string{"heap.BeginSleep", "for {", "ch := *pe.pokeCh.Load()", "if cond() {", "pe.alive()", "case <-ch:", "if cond() {", "pe.alive()"}},
 	} {
 		at := strings.Index(code, loop.fn)

@@ -222,7 +222,7 @@ func (t *Team) syncDissemination(e uint64) error {
 			return pe.goneErr(err)
 		}
 		from = t.members[from]
-		if err := pe.await(off, 8, func() bool { return syncReached(heap.Load64(pe.mem, off), e) },
+		if err := pe.awaitFrom(from, off, 8, func() bool { return syncReached(heap.Load64(pe.mem, off), e) },
 			func() string {
 				return fmt.Sprintf("barrier %d of a %d-PE team (round %d: PE %d)", e, n, r, from)
 			}); err != nil {

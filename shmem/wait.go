@@ -44,6 +44,13 @@ const (
 // fails with ErrTimeout (naming what) after the PE's timeout, and with
 // the job's error when a peer is lost or the PE is finalized.
 func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
+	return pe.awaitFrom(-1, off, n, cond, what)
+}
+
+// awaitFrom is await for a wait that only PE from's write can end (a
+// barrier round): a PE with TCP links polls that PE's link at every look
+// and its other links less often (netmesh's PollFrom). from < 0: any PE.
+func (pe *PE) awaitFrom(from int, off, n uint64, cond func() bool, what func() string) error {
 	if cond() {
 		return nil
 	}
@@ -52,7 +59,7 @@ func (pe *PE) await(off, n uint64, cond func() bool, what func() string) error {
 		// No spin on the condition alone: only a reader of the sockets
 		// can make a remote write true, so the wait polls them at once
 		// (parkUntil), checking cond after every look.
-		return pe.parkUntil(start, off, n, cond, what)
+		return pe.parkUntil(start, from, off, n, cond, what)
 	}
 	for {
 		for i := 0; i < spinBetween; i++ {
@@ -143,7 +150,7 @@ func napsOff() bool { return os.Getenv("GOSHMEM_TEST_NONAP") == "1" }
 // nap (20 µs growing to 1 ms) is a fallback only; GOSHMEM_TEST_NONAP=1
 // turns it into one timer for the whole timeout, so a test hangs on a
 // lost wake-up.
-func (pe *PE) parkUntil(start time.Time, off, n uint64, cond func() bool, what func() string) error {
+func (pe *PE) parkUntil(start time.Time, from int, off, n uint64, cond func() bool, what func() string) error {
 	// First the wait polls the links' sockets itself, while netmesh's spin
 	// policy says that pays (not when this machine's PEs outnumber its
 	// CPUs): the frame that ends the wait is then read and applied by
@@ -152,7 +159,7 @@ func (pe *PE) parkUntil(start time.Time, off, n uint64, cond func() bool, what f
 	// this host are seen as promptly. Poll first sends the small puts
 	// that wait in send queues for company (Mesh.Push): what this PE
 	// waits for may be a peer's answer to one of them.
-	if pe.mesh.Poll(pollFor, cond) {
+	if pe.mesh.PollFrom(pollFor, from, cond) {
 		return nil
 	}
 	tok := heap.BeginSleep(pe.mem, off, n)
