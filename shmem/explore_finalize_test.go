@@ -31,7 +31,10 @@ import (
 //     the wake, leave), so waits may also end with their condition;
 //   - a package that holds the PE with Enter, reads its memory, and Exits
 //     (ring's gate);
-//   - a second futex wait, so that one wake must reach two sleepers.
+//   - a second futex wait, so that one wake must reach two sleepers;
+//   - a team call admitted by its team's lock (lockCall: the lock, then
+//     the state check, then the memory, then the unlock), which settle
+//     waits for by finding every team's lock free (teamsIdle).
 //
 // Each goroutine starts outside the PE, so Finalize meets it before its
 // call, inside it, and at every step of its wait. A sleep ends only by a
@@ -53,10 +56,11 @@ const (
 	fzPut
 	fzEnter
 	fzFutex2
+	fzTeam
 	fzActors
 )
 
-var fzNames = [fzActors]string{"finalizer", "futex wait", "parked wait", "put", "Enter", "second futex wait"}
+var fzNames = [fzActors]string{"finalizer", "futex wait", "parked wait", "put", "Enter", "second futex wait", "team call"}
 
 type fzState struct {
 	gate     uint64
@@ -64,6 +68,7 @@ type fzState struct {
 	pokes    uint8  // poke channels closed so far
 	word     bool   // the word the waits wait for is set
 	unmapped bool
+	locked   bool // the team's lock is held (by the team call)
 	pc       [fzActors]uint8
 	seen     [fzActors]uint32 // a wait's loaded wake word or poke count
 	result   [fzActors]uint8  // 0 running, 1 nil, 2 ErrFinalized, 3 another error
@@ -87,8 +92,9 @@ const (
 type fzModel struct {
 	begin func(pe *PE) bool
 	// noDrain is the mutant settle: it moves the state without waiting
-	// for the calls inside to leave.
-	noDrain bool
+	// for the calls inside to leave; noTeamDrain waits for the count
+	// but not for the team's lock.
+	noDrain, noTeamDrain bool
 	// only, if not zero, limits the goroutines beside the finalizer.
 	only []int
 }
@@ -113,11 +119,21 @@ func fzPE(s fzState) (*PE, *uint32, chan struct{}) {
 	pe.peers = []peer{{wake: &w}}
 	ch := make(chan struct{})
 	pe.pokeCh.Store(&ch)
+	t := &Team{pe: pe}
+	if s.locked {
+		t.mu.Lock()
+	}
+	pe.teams = map[int]*Team{0: t}
 	return pe, &w, ch
 }
 
 func fzRead(s fzState, pe *PE, w *uint32, ch chan struct{}) fzState {
 	s.gate, s.wake = pe.gate.Load(), *w
+	t := pe.teams[0]
+	s.locked = !t.mu.TryLock()
+	if !s.locked {
+		t.mu.Unlock()
+	}
 	select {
 	case <-ch:
 		s.pokes++
@@ -188,13 +204,17 @@ func (m *fzModel) steps(s fzState) []explore.Step[fzState] {
 		if s.pc[fzFinalizer] == 2 {
 			from, next = stLeaving, stClosed
 		}
-		if !m.noDrain && s.gate != from {
+		if !m.noDrain && (s.gate != from || s.locked && !m.noTeamDrain) {
 			break // settle retries until no call is inside
 		}
 		clean, err := true, error(nil)
 		nx := call(s, func(pe *PE) {
 			if m.noDrain {
 				pe.gate.Store(pe.gate.Load()&^stMask | next)
+				return
+			}
+			if m.noTeamDrain {
+				pe.gate.CompareAndSwap(from, next)
 				return
 			}
 			clean, err = pe.settle(from, next)
@@ -306,6 +326,42 @@ func (m *fzModel) steps(s fzState) []explore.Step[fzState] {
 			add(fzEnter, "Exit", nx)
 		}
 	}
+	// A team call: its lock, the state check, a read, the unlock.
+	if m.has(fzTeam) {
+		nx := s
+		switch s.pc[fzTeam] {
+		case 0:
+			if !s.locked {
+				nx = call(s, func(pe *PE) { pe.teams[0].mu.Lock() })
+				nx.pc[fzTeam] = 1
+				add(fzTeam, "takes the team's lock", nx)
+			}
+		case 1:
+			var err error
+			nx = call(s, func(pe *PE) { err = pe.teams[0].admitLocked() })
+			if err == nil {
+				nx.pc[fzTeam] = 2
+				add(fzTeam, "checks the state: admitted", nx)
+				break
+			}
+			nx.pc[fzTeam], nx.result[fzTeam] = 4, errResult(err)
+			if s.gate&stMask == stRunning {
+				nx.bad = fmt.Sprintf("the team call was refused by a running PE: %v", err)
+			}
+			if nx.locked {
+				nx.bad = "a refused team call kept the team's lock"
+			}
+			add(fzTeam, "checks the state: refused", nx)
+		case 2:
+			nx.touch(fzTeam, "read")
+			nx.pc[fzTeam] = 3
+			add(fzTeam, "reads the memory", nx)
+		case 3:
+			nx = call(s, func(pe *PE) { pe.teams[0].mu.Unlock() })
+			nx.pc[fzTeam], nx.result[fzTeam] = 4, 1
+			add(fzTeam, "unlocks the team", nx)
+		}
+	}
 	return out
 }
 
@@ -336,7 +392,7 @@ func (m *fzModel) final(s fzState) error {
 
 func (m *fzModel) show(s fzState) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "gate %s with %d inside, wake word %d, pokes %d, word set %v, unmapped %v;", fzStateName(s.gate&stMask), s.gate&^stMask, s.wake, s.pokes, s.word, s.unmapped)
+	fmt.Fprintf(&b, "gate %s with %d inside, team locked %v, wake word %d, pokes %d, word set %v, unmapped %v;", fzStateName(s.gate&stMask), s.gate&^stMask, s.locked, s.wake, s.pokes, s.word, s.unmapped)
 	for a := 0; a < fzActors; a++ {
 		if m.has(a) {
 			fmt.Fprintf(&b, " %s at %d (result %d)", fzNames[a], s.pc[a], s.result[a])
@@ -361,12 +417,12 @@ func (m *fzModel) explore() (explore.Result, error) {
 }
 
 // TestExploreFinalize: every interleaving of Finalize with each
-// goroutine alone, with the first four, and (GOSHMEM_EXPLORE_DEEP=1)
-// with all five.
+// goroutine alone, with the first four, with a team call beside a put
+// and a futex wait, and (GOSHMEM_EXPLORE_DEEP=1) with all six.
 func TestExploreFinalize(t *testing.T) {
-	for _, only := range [][]int{{fzFutex}, {fzPark}, {fzPut}, {fzEnter}, {fzFutex, fzPark, fzPut, fzEnter}, nil} {
+	for _, only := range [][]int{{fzFutex}, {fzPark}, {fzPut}, {fzEnter}, {fzTeam}, {fzFutex, fzPark, fzPut, fzEnter}, {fzTeam, fzPut, fzFutex}, nil} {
 		if only == nil && !explore.Deep() {
-			continue // all five: GOSHMEM_EXPLORE_DEEP=1
+			continue // all six: GOSHMEM_EXPLORE_DEEP=1
 		}
 		m := &fzModel{begin: (*PE).begin, only: only}
 		res, err := m.explore()
@@ -382,7 +438,7 @@ func TestExploreFinalize(t *testing.T) {
 
 func names(only []int) string {
 	if only == nil {
-		return "all five"
+		return "all six"
 	}
 	var s []string
 	for _, a := range only {
@@ -401,6 +457,12 @@ func TestExploreFinalizeMutants(t *testing.T) {
 		t.Fatalf("a settle that does not wait for the calls inside passed or failed otherwise: %v", err)
 	}
 	t.Logf("unmap before the calls drain:\n%v", f)
+	m = &fzModel{begin: (*PE).begin, noTeamDrain: true, only: []int{fzTeam}}
+	_, err = m.explore()
+	if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), "after Finalize unmapped it") {
+		t.Fatalf("a settle that does not wait for a team call's lock passed or failed otherwise: %v", err)
+	}
+	t.Logf("unmap while a team call holds its lock:\n%v", f)
 	silent := func(pe *PE) bool {
 		for {
 			v := pe.gate.Load()

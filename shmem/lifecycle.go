@@ -27,6 +27,18 @@ import (
 // Internal helpers that run on no user call's behalf (the same-host
 // liveness watch marking the job broken) hold the gate too: they are
 // admitted in every state but closed, so closing waits for them as well.
+//
+// A call on a team that holds the team's lock for its whole length
+// (Team.Sync, BarrierAll, SyncAll, a collective between BeginCollective
+// and EndCollective) is admitted by that lock instead of the count: it
+// takes the lock, then checks the state with one load (lockCall), and
+// settle moves the state only while no team's lock is held (teamsIdle).
+// The lock is the call's mark of being inside, so such a call costs no
+// atomic read-modify-write beyond the lock's own, where the count would
+// add two to every barrier. Either order of a team call's admission
+// against begin is safe: if its state load comes before begin's
+// compare-and-swap it holds the lock, and settle waits for the lock;
+// if after, it sees the PE draining and is refused.
 const (
 	stRunning  uint64 = 0
 	stDraining uint64 = 1 << 62
@@ -94,6 +106,39 @@ func (pe *PE) hold() bool {
 	return true
 }
 
+// lockCall takes t's lock and admits a call on t (see above): nil with
+// the lock held, which the caller releases when done with the memory;
+// ErrFinalized, without the lock, once Finalize has begun.
+func (t *Team) lockCall() error {
+	t.mu.Lock()
+	return t.admitLocked()
+}
+
+// admitLocked is lockCall's check, with t's lock held: it releases the
+// lock when it refuses the call.
+func (t *Team) admitLocked() error {
+	if t.pe.gate.Load()&stMask != stRunning {
+		t.mu.Unlock()
+		return t.pe.finalizedErr()
+	}
+	return nil
+}
+
+// teamsIdle reports whether no team call of this PE holds its team's
+// lock (lockCall). Called by settle once begin has moved the state, so
+// a team call that gets its lock later is refused.
+func (pe *PE) teamsIdle() bool {
+	pe.teamMu.Lock()
+	defer pe.teamMu.Unlock()
+	for _, t := range pe.teams {
+		if !t.mu.TryLock() {
+			return false
+		}
+		t.mu.Unlock()
+	}
+	return true
+}
+
 // Enter admits a call of a package built on shmem that reads or writes
 // this PE's memory, or a mapped peer's, through Local or Ptr views (the
 // ring package does): until the matching Exit, Finalize does not release
@@ -145,24 +190,26 @@ func (pe *PE) begin() bool {
 	return true
 }
 
-// settle waits until no call is inside, then moves the state from one
-// to next in the same compare-and-swap. Blocked calls were woken by
-// begin; those in a blocking remote operation end within the PE's
-// timeout. If calls are still inside after the timeout, settle moves to
-// closed anyway and returns false with the error: the memory must then
-// not be unmapped (release).
+// settle waits until no call is inside (none counted in the gate, no
+// team's lock held), then moves the state from one to next in the same
+// compare-and-swap as the count's check. Team calls cannot be admitted
+// meanwhile (the state is no longer running), so a team seen idle stays
+// so. Blocked calls were woken by begin; those in a blocking remote
+// operation end within the PE's timeout. If calls are still inside
+// after the timeout, settle moves to closed anyway and returns false
+// with the error: the memory must then not be unmapped (release).
 func (pe *PE) settle(from, next uint64) (bool, error) {
 	deadline := time.Now().Add(pe.cfg.Timeout)
 	nap := 20 * time.Microsecond
 	for {
-		if pe.gate.CompareAndSwap(from, next) {
+		if pe.gate.Load() == from && pe.teamsIdle() && pe.gate.CompareAndSwap(from, next) {
 			return true, nil
 		}
 		if time.Now().After(deadline) {
 			for {
 				v := pe.gate.Load()
 				if pe.gate.CompareAndSwap(v, v&^stMask|stClosed) {
-					return false, fmt.Errorf("shmem: PE %d: %d calls still inside the PE %v after Finalize began: %w",
+					return false, fmt.Errorf("shmem: PE %d: %d calls still inside the PE (or a team call holding its team) %v after Finalize began: %w",
 						pe.rank, v&^stMask, pe.cfg.Timeout, ErrTimeout)
 				}
 			}

@@ -33,10 +33,12 @@ type Team struct {
 	splits    uint64        // team-creating calls on the team by this PE
 	calls     atomic.Uint64 // under SHMEM_DEBUG: collective calls entered on the team (debugorder.go)
 	destroyed atomic.Bool
+	coll      block // the collective area (team_coll.go), never freed
 }
 
 func newTeam(pe *PE, slot int, members []int) *Team {
 	t := &Team{pe: pe, slot: slot, members: members, me: -1}
+	t.coll = block{pe: pe, off: heap.TeamSlotOff(slot) + collAreaOff, size: collAreaLen}
 	t.flat = len(members) <= flatSyncMax
 	for i, w := range members {
 		if w == pe.rank {
@@ -105,19 +107,30 @@ func (t *Team) Sync() error {
 	if t == nil {
 		return fmt.Errorf("shmem: Sync on a nil team: %w", ErrInvalid)
 	}
-	if err := t.pe.enter(); err != nil {
+	pe := t.pe
+	if t == pe.world && pe.checked() {
+		if err := pe.enter(); err != nil {
+			return err
+		}
+		defer pe.leave()
+		if err := pe.alive(); err != nil {
+			return err
+		}
+		return pe.agree(opSync, 0, 0) // the world's Sync is SyncAll
+	}
+	if err := t.lockCall(); err != nil {
 		return err
 	}
-	defer t.pe.leave()
-	if err := t.pe.alive(); err != nil {
+	defer t.mu.Unlock()
+	if err := pe.brokenErr(); err != nil {
 		return err
 	}
-	if t == t.pe.world && t.pe.checked() {
-		return t.pe.agree(opSync, 0, 0) // the world's Sync is SyncAll
-	}
-	return t.sync()
+	return t.syncLocked()
 }
 
+// sync is the team's barrier for a caller already inside the PE (an
+// entered call, or Finalize itself): it takes the team's lock but
+// checks nothing of the PE's state.
 func (t *Team) sync() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()

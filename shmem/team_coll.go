@@ -28,36 +28,36 @@ const (
 // reach their copies through the usual RMA, atomic and wait calls with
 // their world PE numbers. The area is not in the allocator's heap and is
 // never freed: the slot is reserved for the lifetime of the segment.
+// The handles share one block, made with the team, so a call costs no
+// allocation.
 func (t *Team) CollectiveArea() (words Sym[uint64], bytes Sym[uint8]) {
-	off := heap.TeamSlotOff(t.slot) + collAreaOff
-	b := &block{pe: t.pe, off: off, size: collAreaLen}
-	return Sym[uint64]{b: b, off: off, n: collWordCount},
-		Sym[uint8]{b: b, off: off + 8*collWordCount, n: collAreaLen - 8*collWordCount}
+	b := &t.coll
+	return Sym[uint64]{b: b, off: b.off, n: collWordCount},
+		Sym[uint8]{b: b, off: b.off + 8*collWordCount, n: collAreaLen - 8*collWordCount}
 }
 
 // BeginCollective starts one collective call of this PE on the team: it
-// enters the PE (so Finalize does not unmap the memory the call reads
-// through Local and Ptr views until EndCollective), takes the team's
-// lock, which orders the call against this PE's other goroutines'
-// collectives, Split, Split2D and Destroy on the team (Sync waits too),
-// and fails if the team is destroyed or the PE finalized or broken. On
-// success the caller must call EndCollective once, from the same call;
-// it must not call Sync, Split or Destroy on t in between.
+// takes the team's lock, which orders the call against this PE's other
+// goroutines' collectives, Split, Split2D and Destroy on the team (Sync
+// waits too) and admits the call into the PE (lifecycle.go: Finalize
+// does not release the memory the call reads through Local and Ptr
+// views until EndCollective), and fails if the team is destroyed or the
+// PE finalized or broken. On success the caller must call EndCollective
+// once, from the same call; it must not call Sync, Split or Destroy on t
+// in between.
 func (t *Team) BeginCollective() error {
 	if t == nil {
 		return fmt.Errorf("shmem: collective on a nil team: %w", ErrInvalid)
 	}
-	if err := t.pe.enter(); err != nil {
+	if err := t.lockCall(); err != nil {
 		return err
 	}
-	if err := t.pe.alive(); err != nil {
-		t.pe.leave()
+	if err := t.pe.brokenErr(); err != nil {
+		t.mu.Unlock()
 		return err
 	}
-	t.mu.Lock()
 	if t.destroyed.Load() {
 		t.mu.Unlock()
-		t.pe.leave()
 		return fmt.Errorf("shmem: team (slot %d) is destroyed: %w", t.slot, ErrFinalized)
 	}
 	t.debugEnter()
@@ -71,7 +71,6 @@ func (t *Team) BeginCollective() error {
 func (t *Team) EndCollective(err error) error {
 	err = t.orderErr(err)
 	t.mu.Unlock()
-	t.pe.leave()
 	return err
 }
 
