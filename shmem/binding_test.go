@@ -50,10 +50,9 @@ func cpusAllowed() int {
 	return set.Count()
 }
 
-// A launcher that binds each PE to a CPU of its own (as mpirun
-// --bind-to core does) leaves each PE process one CPU; the PEs must not
-// count themselves as sharing it. Bound all to one CPU, they do.
-func TestOversubscribedFollowsBinding(t *testing.T) {
+// twoCPUs returns the path of taskset and two CPUs this process may run
+// on, or skips the test.
+func twoCPUs(t *testing.T) (string, []int) {
 	taskset, err := exec.LookPath("taskset")
 	if err != nil {
 		t.Skip("no taskset")
@@ -71,6 +70,14 @@ func TestOversubscribedFollowsBinding(t *testing.T) {
 	if len(cpus) < 2 {
 		t.Skip("fewer than 2 CPUs")
 	}
+	return taskset, cpus
+}
+
+// A launcher that binds each PE to a CPU of its own (as mpirun
+// --bind-to core does) leaves each PE process one CPU; the PEs must not
+// count themselves as sharing it. Bound all to one CPU, they do.
+func TestOversubscribedFollowsBinding(t *testing.T) {
+	taskset, cpus := twoCPUs(t)
 	for _, tc := range []struct {
 		name   string
 		cpuOf  string // shell expression of the rank's CPU
@@ -129,23 +136,7 @@ func TestCPUUnion(t *testing.T) {
 // they have TCP links (pretend hosts), unless GOMAXPROCS is set; PEs
 // that only share memory keep the runtime's count.
 func TestProcsShare(t *testing.T) {
-	taskset, err := exec.LookPath("taskset")
-	if err != nil {
-		t.Skip("no taskset")
-	}
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		t.Fatal(err)
-	}
-	var cpus []int
-	for c := 0; c < 1024 && len(cpus) < 2; c++ {
-		if set.IsSet(c) {
-			cpus = append(cpus, c)
-		}
-	}
-	if len(cpus) < 2 {
-		t.Skip("fewer than 2 CPUs")
-	}
+	taskset, cpus := twoCPUs(t)
 	wrapper := filepath.Join(t.TempDir(), "bind.sh")
 	body := fmt.Sprintf("#!/bin/sh\nexec %s -c %d,%d \"$@\"\n", taskset, cpus[0], cpus[1])
 	if err := os.WriteFile(wrapper, []byte(body), 0o755); err != nil {
