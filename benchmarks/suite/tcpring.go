@@ -84,7 +84,7 @@ func (b *B) ringLink(bytes int) (*tcpRingLink, error) {
 func (b *B) tcpRing(size int) limit {
 	bytes := max(2*(b.npes-1)*size/b.npes, 1)
 	l, lerr := b.ringLink(bytes)
-	return limit{name: limTCPRing, run: func(n int) (sample, error) {
+	return limit{name: limTCPRing, run: plainGo(func(n int) (sample, error) {
 		if lerr != nil {
 			return sample{}, lerr
 		}
@@ -116,5 +116,5 @@ func (b *B) tcpRing(size int) limit {
 			return sample{}, fmt.Errorf("goshbench: tcp-ring on PE %d: %w", b.rank, rerr)
 		}
 		return b.meanOverPEs(timed(start, n, n*size))
-	}}
+	})}
 }
