@@ -32,6 +32,12 @@ const MaxTag = 1<<31 - 1
 // Comm.EagerLimit.)
 const EagerMax = 64 << 10
 
+// FragMax is the payload of one rendezvous frag (docs/ring.md):
+// lanes carry frags of up to FragMax bytes, so their bulk areas are that
+// large. (A Comm whose heap cannot hold that many lanes lowers it, and
+// below EagerMax the eager limit with it.)
+const FragMax = 256 << 10
+
 // EagerCredits is how many eager messages to one target may be
 // unreceived before Send waits.
 const EagerCredits = 16
@@ -57,13 +63,15 @@ type Status struct{ Source, Tag, Bytes int }
 
 // Tunables of the engine; docs/ring.md explains each.
 const (
-	commAckBatch = 4                           // a receiver acknowledges a lane every commAckBatch processed messages
-	commAckIdle  = 2                           // and, before it waits, one with at least commAckIdle
-	commDepth    = EagerCredits + commAckBatch // lane depth: EagerCredits unreceived plus commAckBatch-1 processed, unacknowledged
-	rdvSlots     = 64                          // rendezvous sends in flight per PE
-	minFrag      = 4 << 10                     // the least eager limit a Comm accepts
-	maxMessage   = 1 << 40                     // the longest message (bytes)
-	entryCost    = 128                         // bytes charged to the queue cap per queued message besides its payload
+	commAckBatch = 4                                       // a receiver acknowledges a lane every commAckBatch processed messages
+	commAckIdle  = 2                                       // and, before it waits, one with at least commAckIdle
+	specFrags    = 8                                       // frags a rendezvous Send may send before its match (see sendRdv)
+	commDepth    = EagerCredits + commAckBatch + specFrags // lane depth: EagerCredits unreceived plus commAckBatch-1 processed, unacknowledged, plus specFrags early frags
+	specEpoch    = 1                                       // the epoch of a rendezvous message's early frags (see Comm.match)
+	rdvSlots     = 64                                      // rendezvous sends in flight per PE
+	minFrag      = 4 << 10                                 // the least eager limit a Comm accepts
+	maxMessage   = 1 << 40                                 // the longest message (bytes)
+	entryCost    = 128                                     // bytes charged to the queue cap per queued message besides its payload
 )
 
 // Comm is one PE's handle on a communicator over a team: point-to-point
@@ -265,8 +273,9 @@ func checkTag(tag int, any bool) error {
 
 // Send sends the elements of v to rank to with tag. v may be reused when
 // Send returns. Messages of up to EagerLimit bytes are eager (see
-// EagerCredits); a longer one waits for a matching Recv, then moves in
-// pieces through the lane (rendezvous). When ctx ends first, Send
+// EagerCredits); a longer one moves in pieces through the lane, its
+// first ones at once and the rest once a Recv has matched it, and Send
+// waits for that match (rendezvous). When ctx ends first, Send
 // returns an error satisfying errors.Is(err, ctx.Err()) and the message
 // is not delivered, in whole or in part.
 func Send[T shmem.Elem](ctx context.Context, c *Comm, to, tag int, v []T) error {

@@ -24,11 +24,13 @@ type engine struct {
 	r        *Ring
 	bell     shmem.Sym[uint64] // this PE's doorbell (the ring's)
 	bellWord *uint64
-	rdv      shmem.Sym[uint64] // rdvSlots state words, in each sender's heap
+	rdv      shmem.Sym[uint64] // rdvSlots state words, in each sender's heap (the ring's extra words)
 	rdvLocal []uint64          // this PE's copy
+	rdvIdx   int               // element of rdv[0] in the ring's words object
 	spin     bool              // a CPU per PE: spin briefly before sleeping
 	longSpin bool              // and every peer is on this host: spin up to commSpin (remote messages need the CPU for the link's reader)
-	eagerMax int               // the eager limit, and the payload of one frag
+	eagerMax int               // the eager limit
+	frag     int               // the payload of one rendezvous frag (at least eagerMax)
 	cap      int               // the unexpected queue's cap, in bytes
 	// What waits watch besides the doorbell (see watchLanes): nil in a
 	// Comm of more than watchLanes+1 PEs, whose messages and acks ring
@@ -38,6 +40,7 @@ type engine struct {
 	watchRecv []bool    // over the words object: the doorbell and the pub words
 	watchSend []bool    // and the ack words
 	vsPool    sync.Pool // *[]uint64 of the words object's length: a sleeping wait's comparands
+	maskPool  sync.Pool // *[]bool of that length: a rendezvous send's mask (watchSend and its state word)
 	bellMsgs  bool      // messages and acks ring their receiver's doorbell
 	closed    atomic.Bool
 
@@ -87,6 +90,7 @@ type entry struct {
 	taker     *request // rdv: the receive it is moving into
 	got       int      // rdv: bytes arrived for the current match
 	buffering bool     // rdv: its sender finished but the receive that matched it ended: frags go into data
+	spilled   bool     // rdv: an early frag (epoch specEpoch) came before any match and was dropped
 }
 
 func (ent *entry) status() Status { return Status{Source: ent.src, Tag: ent.tag, Bytes: ent.bytes} }
@@ -143,13 +147,16 @@ func commInline(line int) int {
 func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 	info := pe.Info()
 	n, me := pe.NPEs(), pe.MyPE()
-	frag := EagerMax
+	frag := FragMax
 	if n > 1 {
-		// The lanes into a PE may take half its heap: (n-1) lanes of
-		// commDepth slots and bulk areas (the slots counted at 2 KiB,
+		// The lanes into a PE may take half its heap for frags of up to
+		// the eager limit, an eighth of it for longer ones: (n-1) lanes
+		// of commDepth slots and bulk areas (the slots counted at 2 KiB,
 		// far more than their cache line or two).
-		per := int(info.HeapSize/2)/((n-1)*commDepth) - 2*InlineMax - hdrLong
-		frag = min(EagerMax, per&^(minFrag-1))
+		per := func(part int) int {
+			return (int(info.HeapSize)/part/((n-1)*commDepth) - 2*InlineMax - hdrLong) &^ (minFrag - 1)
+		}
+		frag = max(min(EagerMax, per(2)), min(FragMax, per(8)))
 		if frag < minFrag {
 			return nil, fmt.Errorf("ring: NewComm: %d PEs need at least %d bytes of heap each for their lanes; the heap has %d: %w",
 				n, 2*(n-1)*commDepth*(minFrag+2*InlineMax+hdrLong), info.HeapSize, shmem.ErrHeapExhausted)
@@ -168,19 +175,18 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 	if bellMsgs {
 		rule = bellAlways
 	}
-	r, err := newRingBell(pe, lanes, Safe, commInline(info.CacheLine), rule)
+	// The rendezvous state words are the ring's extra words: in the
+	// words object a wait watches, so a sender waiting for its match
+	// sees the receiver's compare-and-swap land, with no doorbell after
+	// it (over TCP the frame of the CAS itself ends the sender's poll,
+	// half a round trip before a doorbell sent after its reply would).
+	r, err := newRingBell(pe, lanes, Safe, commInline(info.CacheLine), rule, rdvSlots)
 	if err != nil {
 		return nil, fmt.Errorf("ring: NewComm: %w", err)
 	}
-	rdv, err := shmem.Malloc[uint64](pe, rdvSlots)
-	if err != nil {
-		if cerr := r.Close(); cerr != nil {
-			return nil, fmt.Errorf("ring: NewComm: %w (and closing its lanes: %v)", err, cerr)
-		}
-		return nil, fmt.Errorf("ring: NewComm: %w", err)
-	}
+	rdv := r.extra
 	e := &engine{pe: pe, me: me, npes: n, r: r, bell: r.bell, bellWord: r.bellWord, rdv: rdv, rdvLocal: rdv.Local(),
-		spin: !info.Oversubscribed, eagerMax: frag, cap: queueCap,
+		spin: !info.Oversubscribed, eagerMax: min(EagerMax, frag), frag: frag, cap: queueCap,
 		comms: map[uint32]*Comm{}, subSeq: map[string]uint32{}, lanes: make([]inLane, n), rdvIn: map[rdvKey]*entry{},
 		batch: make([]Message, 0, 64), bellMsgs: bellMsgs}
 	e.longSpin = e.spin
@@ -206,6 +212,8 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 			e.watchSend[k] = true
 		}
 		e.vsPool.New = func() any { vs := make([]uint64, len(words)); return &vs }
+		e.rdvIdx = idx(rdv)
+		e.maskPool.New = func() any { m := make([]bool, len(words)); return &m }
 	}
 	for s := rdvSlots - 1; s >= 0; s-- {
 		e.slotFree = append(e.slotFree, uint32(s))
@@ -217,11 +225,7 @@ func (e *engine) close() error {
 	if e.closed.Swap(true) {
 		return e.closedErr()
 	}
-	err := e.r.Close()
-	if ferr := shmem.Free(e.rdv); err == nil && ferr != nil {
-		err = fmt.Errorf("ring: Comm Close on PE %d: %w", e.me, ferr)
-	}
-	return err
+	return e.r.Close() // the rendezvous words with the ring's
 }
 
 // enter holds the gate: until exit, Finalize does not unmap this PE's
@@ -295,7 +299,8 @@ func (e *engine) finish(q *request, st Status, err error) {
 // finalized). What moves is one of the words the engine watches (see
 // watchLanes): the doorbell, and in a Comm of at most watchLanes+1 PEs
 // the pub word of every incoming lane and the ack word of every
-// outgoing one. mark records them, holding the gate, before the call
+// outgoing one, and a rendezvous send's state word (which the
+// receiver's match moves). mark records them, holding the gate, before the call
 // looks (polls, matches, tries to send); wait returns once one differs
 // from its mark, so nothing that lands after the look is missed.
 type waiter struct {
@@ -304,8 +309,13 @@ type waiter struct {
 	// the outgoing lanes' ack words too; a receive watches the doorbell
 	// and the pub words only.
 	acks bool
-	seen [1 + 2*watchLanes]uint64 // the doorbell, then e.watch's words, as marked
-	vs   *[]uint64                // the sleep's comparands over the words object (from e.vsPool)
+	// slot: a rendezvous send watches its own state word too (slot+1;
+	// 0: none), which the receiver's match moves.
+	slot    int
+	seen    [1 + 2*watchLanes]uint64 // the doorbell, then e.watch's words, as marked
+	seenRdv uint64                   // the state word, as marked
+	vs      *[]uint64                // the sleep's comparands over the words object (from e.vsPool)
+	mask    *[]bool                  // with slot: watchSend and the state word (from e.maskPool)
 }
 
 // watched is how many of e.watch's words w watches.
@@ -322,6 +332,9 @@ func (w *waiter) mark(e *engine) {
 	for i, p := range e.watch[:w.watched(e)] {
 		w.seen[1+i] = atomic.LoadUint64(p)
 	}
+	if w.slot > 0 {
+		w.seenRdv = atomic.LoadUint64(&e.rdvLocal[w.slot-1])
+	}
 }
 
 // moved reports whether a watched word differs from its mark; the caller
@@ -335,7 +348,7 @@ func (w *waiter) moved(e *engine) bool {
 			return true
 		}
 	}
-	return false
+	return w.slot > 0 && atomic.LoadUint64(&e.rdvLocal[w.slot-1]) != w.seenRdv
 }
 
 func (w *waiter) wait(ctx context.Context, e *engine) error {
@@ -383,6 +396,15 @@ func (w *waiter) waitKeep(ctx context.Context, e *engine, keep bool) (held bool,
 		if w.acks {
 			mask = e.watchSend
 		}
+		if w.slot > 0 {
+			if w.mask == nil {
+				w.mask = e.maskPool.Get().(*[]bool)
+				copy(*w.mask, e.watchSend)
+				(*w.mask)[e.rdvIdx+w.slot-1] = true
+			}
+			mask = *w.mask
+			vs[e.rdvIdx+w.slot-1] = w.seenRdv
+		}
 		_, err = shmem.WaitUntilAnyVector(e.r.words, mask, shmem.CmpNE, vs)
 	}
 	if err != nil {
@@ -398,6 +420,11 @@ func (w *waiter) done(e *engine) {
 	if w.vs != nil {
 		e.vsPool.Put(w.vs)
 		w.vs = nil
+	}
+	if w.mask != nil {
+		(*w.mask)[e.rdvIdx+w.slot-1] = false
+		e.maskPool.Put(w.mask)
+		w.mask = nil
 	}
 }
 
@@ -650,7 +677,10 @@ func (e *engine) handle(src int, m Message) (bool, error) {
 	case msgFrag:
 		ent := e.rdvIn[rdvKey{src, h.slot}]
 		if ent == nil || ent.gen != h.gen || ent.epoch != h.epoch || (ent.taker == nil && !ent.buffering) {
-			return true, nil // of a match that ended: dropped
+			if ent != nil && ent.gen == h.gen && ent.epoch == 0 {
+				ent.spilled = true // an early frag: the first match restarts the stream
+			}
+			return true, nil // early, or of a match that ended: dropped
 		}
 		if h.n > uint64(ent.bytes) || len(payload) > ent.bytes-int(h.n) {
 			return true, fmt.Errorf("ring: Comm on PE %d: a frag of %d bytes at %d of a %d-byte message from PE %d: %w",
@@ -786,13 +816,26 @@ func (c *Comm) search(q *request) (bool, error) {
 }
 
 // match claims rendezvous message ent for q: a compare-and-swap of the
-// sender's state word from pending to matched (next epoch), then its
-// doorbell. When the sender cancelled first, ent is dropped and match
-// reports false.
+// sender's state word from pending to matched (a new epoch), then,
+// beyond watchLanes+1 PEs, its doorbell. When the sender cancelled
+// first, ent is dropped and match reports false.
+//
+// The new epoch is the next one, except for a first match: the sender
+// sends its first frags before any match, tagged specEpoch (1). A first
+// match made before any of them was taken (they come after the rts in
+// its lane: a receive posted when the rts arrives, or one that finds it
+// queued while its frags are still in the lane) takes them all: epoch
+// 1, and the sender goes on from where it is. A first match made after
+// one was dropped (spilled) is epoch 2: the early frags still on their
+// way are dropped too, and the sender starts again from the first byte.
 func (c *Comm) match(q *request, ent *entry) (bool, error) {
 	e := c.e
+	next := ent.epoch + 1
+	if ent.epoch == 0 && ent.spilled {
+		next = specEpoch + 1
+	}
 	cond := rdvWord(ent.gen, ent.epoch, rdvPending)
-	old, err := shmem.AtomicCompareSwap(e.rdv, int(ent.slot), cond, rdvWord(ent.gen, ent.epoch+1, rdvMatched), ent.wsrc)
+	old, err := shmem.AtomicCompareSwap(e.rdv, int(ent.slot), cond, rdvWord(ent.gen, next, rdvMatched), ent.wsrc)
 	if err != nil {
 		return false, fmt.Errorf("ring: Comm on PE %d: claiming a %d-byte message from PE %d: %w", e.me, ent.bytes, ent.wsrc, err)
 	}
@@ -803,8 +846,11 @@ func (c *Comm) match(q *request, ent *entry) (bool, error) {
 		c.drop(ent)
 		return false, nil
 	}
-	ent.epoch++
+	ent.epoch = next
 	ent.taker, ent.got, q.ent = q, 0, ent
+	if !e.bellMsgs {
+		return true, nil // the sender's wait watches its state word
+	}
 	return true, e.ringBell(ent.wsrc)
 }
 
@@ -1177,12 +1223,14 @@ func (e *engine) releaseSlot(s uint32) {
 }
 
 // sendRdv sends a message longer than the eager limit: an rts on the
-// lane, then, once a receiver has matched it (its compare-and-swap of
-// this PE's state word from pending to matched), the data in frags
-// through the lane's bulk areas, then done. A receiver that gives the
-// match back (matched → pending) restarts the stream at the next match;
-// ctx ending first moves the word to cancelled, after which receivers
-// drop the message.
+// lane, then its first frags at once (early: see spec below), then,
+// once a receiver has matched it (its compare-and-swap of this PE's
+// state word from pending to matched), the rest of the data in frags
+// through the lane's bulk areas, then done. A match of epoch 1 took the
+// early frags; any other epoch (a later first match, or a match after a
+// receiver gave one back, matched → pending) restarts the stream from
+// the first byte. ctx ending first moves the word to cancelled, after
+// which receivers drop the message.
 func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8, data []byte) (err error) {
 	w := waiter{acks: true}
 	defer w.done(e)
@@ -1191,6 +1239,7 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 		return ctxErr("Send", err)
 	}
 	defer e.releaseSlot(slot)
+	w.slot = int(slot) + 1
 	word := &e.rdvLocal[slot]
 	if err := shmem.AtomicSet(e.rdv, int(slot), rdvWord(gen, 0, rdvPending), e.me); err != nil {
 		return ctxErr("Send", err)
@@ -1201,7 +1250,14 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 		return ctxErr("Send", err)
 	}
 	l := e.r.outTo[dst]
-	ep, off := uint32(0), 0
+	// Frags go from the start, before any match, tagged specEpoch: up to
+	// spec bytes, each while fewer than specFrags early frags of the
+	// lane (this message's or another's) are unacknowledged (sendvEarly:
+	// the lane's other slots stay the eager messages'). A receive that matches as the rts arrives takes them
+	// (Comm.match), so a message whose receive is waiting does not wait
+	// a round trip for its first byte; otherwise they are dropped.
+	spec := min(len(data), specFrags*e.frag)
+	ep, off := uint32(specEpoch), 0
 	for {
 		// One look at the state word, and what it asks for, holding the
 		// gate (the word is read in place).
@@ -1217,14 +1273,19 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 				e.me, slot, g, st, gen, shmem.ErrProtocol)
 		}
 		moved := false
-		if st == rdvMatched {
-			if epoch != ep {
+		early := st == rdvPending && epoch == 0 && off < spec
+		if st == rdvMatched || early {
+			if epoch != ep && !early {
 				ep, off = epoch, 0
 			}
-			for off < len(data) && ctx.Err() == nil && atomic.LoadUint64(word) == v {
-				n := min(e.eagerMax, len(data)-off)
+			end, limit := len(data), 0
+			if early {
+				end, limit = spec, specFrags
+			}
+			for off < end && ctx.Err() == nil && atomic.LoadUint64(word) == v {
+				n := min(e.frag, end-off)
 				putLong(h[:], msgFrag, kind, c.id, 0, slot, uint64(off), gen, ep)
-				_, sent, err := l.sendv(e.r, h[:], data[off:off+n], false)
+				_, sent, err := l.sendvEarly(e.r, h[:], data[off:off+n], false, limit)
 				if err != nil {
 					e.exit()
 					return ctxErr("Send", err)
@@ -1235,7 +1296,7 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 				off += n
 				moved = true
 			}
-			if off == len(data) {
+			if st == rdvMatched && off == len(data) {
 				old, err := shmem.AtomicCompareSwap(e.rdv, int(slot), v, rdvWord(gen, ep, rdvDone), e.me)
 				e.exit()
 				if err != nil {

@@ -26,9 +26,11 @@ type sendLane struct {
 	ackWord  *uint64
 	ringBell bool // To has more than one incoming lane: Recv there sleeps on the doorbell
 
-	next  uint64 // sequence number of the next message; starts at 1
-	acked uint64 // last value read from ackWord (Safe mode)
-	stage []byte // the slot image being built: one slot, reused by every Send
+	next  uint64   // sequence number of the next message; starts at 1
+	acked uint64   // last value read from ackWord (Safe mode)
+	stage []byte   // the slot image being built: one slot, reused by every Send
+	hbuf  []byte   // sendv's copy of its hdr (so the caller's, on its stack, does not escape to the heap)
+	early []uint64 // sequence numbers of the early messages (sendvEarly) not known acknowledged
 }
 
 // slot is the handle on slot k in To's heap.
@@ -49,6 +51,16 @@ func (l *sendLane) send(r *Ring, data []byte) (uint64, error) {
 // and the lane holds Depth unacknowledged messages (Safe mode), it sends
 // nothing and returns sent == false at once.
 func (l *sendLane) sendv(r *Ring, hdr, data []byte, wait bool) (seq uint64, sent bool, err error) {
+	return l.sendvEarly(r, hdr, data, wait, 0)
+}
+
+// sendvEarly is sendv that, when early is positive (and wait false),
+// sends the message as an early one: only while fewer than early of the
+// lane's early messages are unacknowledged. A Comm's early rendezvous
+// frags (which may sit unreceived in the lane) thus never take more
+// than early of its slots, whoever sends them: the others stay the
+// eager messages'.
+func (l *sendLane) sendvEarly(r *Ring, hdr, data []byte, wait bool, early int) (seq uint64, sent bool, err error) {
 	n := len(hdr) + len(data)
 	if n > l.lane.Capacity {
 		return 0, false, fmt.Errorf("ring: Send of %d bytes on lane %d→%d, whose capacity is %d bytes: %w",
@@ -57,6 +69,19 @@ func (l *sendLane) sendv(r *Ring, hdr, data []byte, wait bool) (seq uint64, sent
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	seq = l.next
+	if early > 0 && len(l.early) >= early {
+		l.acked = atomic.LoadUint64(l.ackWord)
+		k := 0
+		for _, s := range l.early {
+			if s > l.acked {
+				l.early[k] = s
+				k++
+			}
+		}
+		if l.early = l.early[:k]; k >= early {
+			return 0, false, nil
+		}
+	}
 	if r.mode == Safe {
 		if need := safeNeed(seq, l.depth); l.acked < need {
 			if !wait {
@@ -70,7 +95,11 @@ func (l *sendLane) sendv(r *Ring, hdr, data []byte, wait bool) (seq uint64, sent
 	}
 	k := slotOf(seq, l.depth)
 	if n > l.lay.inline {
-		err = l.putBulk(r, k, seq, hdr, data)
+		if cap(l.hbuf) < len(hdr) {
+			l.hbuf = make([]byte, len(hdr))
+		}
+		h := append(l.hbuf[:0], hdr...)
+		err = l.putBulk(r, k, seq, h, data)
 	} else {
 		encodeSlot2(l.stage, seq, hdr, data)
 		err = l.putSlot(k, seq, offPayload+n, true)
@@ -82,6 +111,9 @@ func (l *sendLane) sendv(r *Ring, hdr, data []byte, wait bool) (seq uint64, sent
 		if err := ringDoorbell(l.bell, l.lane.To); err != nil {
 			return 0, false, fmt.Errorf("ring: Send of message %d on lane %d→%d: doorbell: %w", seq, l.lane.From, l.lane.To, err)
 		}
+	}
+	if early > 0 {
+		l.early = append(l.early, seq)
 	}
 	l.next++
 	return seq, true, nil

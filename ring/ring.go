@@ -64,6 +64,7 @@ type Ring struct {
 	pe    *shmem.PE
 	mode  Mode
 	words shmem.Sym[uint64]
+	extra shmem.Sym[uint64] // the words after the lanes' (newRingBell)
 	data  shmem.Sym[byte]
 
 	out   []*sendLane // lanes from this PE, in lanes order
@@ -101,7 +102,7 @@ func New(pe *shmem.PE, lanes []Lane, mode Mode) (*Ring, error) {
 // newRing is New with the inline limit as a parameter, for tests and
 // benchmarks that move the crossover. It is part of the agreement.
 func newRing(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int) (*Ring, error) {
-	return newRingBell(pe, lanes, mode, inlineMax, bellShared)
+	return newRingBell(pe, lanes, mode, inlineMax, bellShared, 0)
 }
 
 // bellRule says which messages ring their receiver's doorbell.
@@ -119,8 +120,11 @@ const (
 	bellNever
 )
 
-// newRingBell is newRing with the doorbell rule as a parameter.
-func newRingBell(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int, bell bellRule) (*Ring, error) {
+// newRingBell is newRing with the doorbell rule as a parameter, and
+// extra words of the caller's after the lanes' in the words object
+// (Ring.extra): a Comm's rendezvous state words, which its waits watch
+// in the same WaitUntilAnyVector as the lanes' words.
+func newRingBell(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int, bell bellRule, extra int) (*Ring, error) {
 	if pe == nil {
 		return nil, fmt.Errorf("ring: New on a nil PE: %w", shmem.ErrInvalid)
 	}
@@ -137,9 +141,9 @@ func newRingBell(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int, bell bell
 	if err != nil {
 		return nil, err
 	}
-	words, err := shmem.Malloc[uint64](pe, lay.wordsLen)
+	words, err := shmem.Malloc[uint64](pe, lay.wordsLen+extra)
 	if err != nil {
-		return nil, fmt.Errorf("ring: %d words per PE: %w", lay.wordsLen, err)
+		return nil, fmt.Errorf("ring: %d words per PE: %w", lay.wordsLen+extra, err)
 	}
 	data, err := shmem.Malloc[byte](pe, lay.dataLen)
 	if err != nil {
@@ -154,6 +158,7 @@ func newRingBell(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int, bell bell
 	me := pe.MyPE()
 	wl := words.Local()
 	r.bell = words.Slice(0, 1)
+	r.extra = words.Slice(lay.wordsLen, lay.wordsLen+extra)
 	r.bellWord = &wl[0]
 	for i, l := range lanes {
 		ll := lay.lanes[i]

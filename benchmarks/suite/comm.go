@@ -43,11 +43,13 @@ func init() {
 // the (8 B, 64 KiB, 1 MiB) and some between.
 var commSizes = []int{8, 512, 4 << 10, 64 << 10, 1 << 20}
 
-// commHeapBytes is what a Comm between npes PEs takes from each PE's heap
-// for lanes of the full eager size (ring.NewComm lets them take half the
-// heap, so twice that).
+// commHeapBytes is what a Comm between npes PEs needs of each PE's heap
+// for lanes of full-size rendezvous frags (ring.NewComm gives frags above
+// the eager limit an eighth of the heap, so eight times what the lanes
+// take): lanes of EagerCredits + 4 (acknowledgement batch) + 8 (early
+// rendezvous frags) slots, docs/ring.md.
 func commHeapBytes(npes int) int {
-	return 2 * (npes - 1) * (ring.EagerCredits + 4) * (ring.EagerMax + 2*ring.InlineMax + 64)
+	return 8 * (npes - 1) * (ring.EagerCredits + 4 + 8) * (ring.FragMax + 2*ring.InlineMax + 64)
 }
 
 const limRing, limPut = "ring", "put"
