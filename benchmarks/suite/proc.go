@@ -5,17 +5,27 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // procState is what Linux says about this process's scheduling.
 type procState struct {
 	cpu                     int    // CPU it last ran on (/proc/self/stat field 39); -1 if unknown
 	cpus                    string // Cpus_allowed_list
-	voluntary, nonvoluntary int64  // context switches so far
+	voluntary, nonvoluntary int64  // context switches so far, of every thread of the process
 }
 
+// readProc reads the switch counts from getrusage, which sums every
+// thread of the process, the exited ones included. /proc/self/status's
+// counts are the main thread's alone, and a Go PE's goroutines run on
+// other threads, so they missed most of its switches.
 func readProc() procState {
 	st := procState{cpu: currentCPU()}
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
+		st.voluntary, st.nonvoluntary = ru.Nvcsw, ru.Nivcsw
+	}
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return st
@@ -31,10 +41,6 @@ func readProc() procState {
 		switch k {
 		case "Cpus_allowed_list":
 			st.cpus = v
-		case "voluntary_ctxt_switches":
-			st.voluntary, _ = strconv.ParseInt(v, 10, 64)
-		case "nonvoluntary_ctxt_switches":
-			st.nonvoluntary, _ = strconv.ParseInt(v, 10, 64)
 		}
 	}
 	return st
