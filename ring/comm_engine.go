@@ -26,7 +26,7 @@ type engine struct {
 	bellWord *uint64
 	rdv      shmem.Sym[uint64] // rdvSlots state words, in each sender's heap (the ring's extra words)
 	rdvLocal []uint64          // this PE's copy
-	rdvIdx   int               // element of rdv[0] in the ring's words object
+	rdvIdx   int               // element of rdv[0] in the ring's words object (after the lanes' words: their count)
 	spin     bool              // a CPU per PE: spin briefly before sleeping
 	longSpin bool              // and every peer is on this host: spin up to commSpin (remote messages need the CPU for the link's reader)
 	eagerMax int               // the eager limit
@@ -37,7 +37,7 @@ type engine struct {
 	// the doorbell (bellMsgs).
 	watch     []*uint64 // the incoming lanes' pub words, then the outgoing lanes' ack words
 	watchIdx  []int     // their elements in the ring's words object
-	watchRecv []bool    // over the words object: the doorbell and the pub words
+	watchRecv []bool    // over the lanes' words (rdvIdx of them): the doorbell and the pub words
 	watchSend []bool    // and the ack words
 	vsPool    sync.Pool // *[]uint64 of the words object's length: a sleeping wait's comparands
 	maskPool  sync.Pool // *[]bool of that length: a rendezvous send's mask (watchSend and its state word)
@@ -205,14 +205,14 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 		for _, l := range r.out {
 			e.watch, e.watchIdx = append(e.watch, l.ackWord), append(e.watchIdx, idx(l.ack))
 		}
-		e.watchRecv, e.watchSend = make([]bool, len(words)), make([]bool, len(words))
+		e.rdvIdx = idx(rdv)
+		e.watchRecv, e.watchSend = make([]bool, e.rdvIdx), make([]bool, e.rdvIdx)
 		e.watchRecv[0], e.watchSend[0] = true, true
 		for i, k := range e.watchIdx {
 			e.watchRecv[k] = i < len(r.in)
 			e.watchSend[k] = true
 		}
 		e.vsPool.New = func() any { vs := make([]uint64, len(words)); return &vs }
-		e.rdvIdx = idx(rdv)
 		e.maskPool.New = func() any { m := make([]bool, len(words)); return &m }
 	}
 	for s := rdvSlots - 1; s >= 0; s-- {
@@ -381,9 +381,12 @@ func (w *waiter) waitKeep(ctx context.Context, e *engine, keep bool) (held bool,
 	if e.watch == nil {
 		err = shmem.WaitUntil(e.bell, 0, shmem.CmpNE, w.seen[0])
 	} else {
-		// One wait on the whole words object: a write to any watched
-		// word (a pub word's signal, an ack's add, the doorbell's add)
-		// ends it.
+		// One wait on the words object: a write to any watched word (a
+		// pub word's signal, an ack's add, the doorbell's add, a
+		// rendezvous send's state word) ends it. It covers the lanes'
+		// words, and a rendezvous send's state word and those before it
+		// (the wait compares every word of what it covers, masked or
+		// not, at every look).
 		if w.vs == nil {
 			w.vs = e.vsPool.Get().(*[]uint64)
 		}
@@ -396,16 +399,18 @@ func (w *waiter) waitKeep(ctx context.Context, e *engine, keep bool) (held bool,
 		if w.acks {
 			mask = e.watchSend
 		}
+		n := e.rdvIdx
 		if w.slot > 0 {
+			n += w.slot
 			if w.mask == nil {
 				w.mask = e.maskPool.Get().(*[]bool)
 				copy(*w.mask, e.watchSend)
-				(*w.mask)[e.rdvIdx+w.slot-1] = true
+				(*w.mask)[n-1] = true
 			}
-			mask = *w.mask
-			vs[e.rdvIdx+w.slot-1] = w.seenRdv
+			mask = (*w.mask)[:n]
+			vs[n-1] = w.seenRdv
 		}
-		_, err = shmem.WaitUntilAnyVector(e.r.words, mask, shmem.CmpNE, vs)
+		_, err = shmem.WaitUntilAnyVector(e.r.words.Slice(0, n), mask, shmem.CmpNE, vs[:n])
 	}
 	if err != nil {
 		return false, fmt.Errorf("ring: Comm on PE %d: %w", e.me, err)
