@@ -920,6 +920,7 @@ func newStream(l *Link, idx int, c *net.TCPConn) (*stream, error) {
 		return nil, err
 	}
 	st.q = q
+	q.nb.rawOK = &l.m.oversub
 	if st.raw, err = c.SyscallConn(); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -91,6 +92,7 @@ type nbWriter struct {
 	gfn   func(fd uintptr) bool // guarded
 	vec   *net.Buffers          // what guarded writes
 	mu    *sync.Mutex           // held by guarded around each system call
+	rawOK *atomic.Bool          // call makes raw system calls (rawSyscalls); nil: never
 }
 
 func newNBWriter(raw syscall.RawConn, mu *sync.Mutex) *nbWriter {
@@ -157,11 +159,15 @@ func (w *nbWriter) callGuarded(fd uintptr) bool {
 }
 
 func (w *nbWriter) call(fd uintptr) bool {
+	sc := unix.Syscall
+	if w.rawOK != nil && w.rawOK.Load() {
+		sc = unix.RawSyscall // see rawSyscalls: the socket is non-blocking
+	}
 	for {
 		if len(w.iov) == 1 { // write(2) is cheaper than a writev(2) of one iovec
-			w.n, _, w.errno = unix.Syscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(w.iov[0].Base)), uintptr(w.iov[0].Len))
+			w.n, _, w.errno = sc(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(w.iov[0].Base)), uintptr(w.iov[0].Len))
 		} else {
-			w.n, _, w.errno = unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(len(w.iov)))
+			w.n, _, w.errno = sc(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(len(w.iov)))
 		}
 		if w.errno != unix.EINTR {
 			return true // never wait: the caller hands the rest to the writer goroutine
@@ -221,12 +227,12 @@ func (s *spinState) poll(fd uintptr) bool {
 		last = mono()
 	}
 	for i := 1; ; i++ {
-		n, err := unix.Read(int(fd), s.p)
+		n, err := read(fd, s.p, s.st.l.m.oversub.Load())
 		switch {
-		case err == nil && n > 0:
+		case err == 0 && n > 0:
 			s.n = n
 			return true
-		case err == nil:
+		case err == 0:
 			s.err = io.EOF
 			return true
 		case err == unix.EINTR:
@@ -302,6 +308,32 @@ func appendSegment(b, src []byte) []byte {
 	}
 	return b
 }
+
+// read is read(2) on the non-blocking socket fd, as a raw system call
+// when raw (rawSyscalls).
+func read(fd uintptr, p []byte, raw bool) (int, syscall.Errno) {
+	sc := unix.Syscall
+	if raw {
+		sc = unix.RawSyscall
+	}
+	n, _, e := sc(unix.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	return int(n), e
+}
+
+// rawSyscalls: on an oversubscribed machine (Mesh.SetOversubscribed) the
+// polling reads (spinState.poll) and the non-blocking writes
+// (nbWriter.call, which a small batch tries before a blocking
+// conn.Write: sendQueue.write) are raw system calls, like yieldCPU.
+// Through syscall.Syscall a call during which the OS descheduled the
+// thread, as it does there, lasted past sysmon's 20 µs, and with
+// GOMAXPROCS 1 (shmem's share for a PE on such a machine) sysmon then
+// took the goroutine's only Go processor and started another thread
+// with it, even with nothing else to run; the goroutine, back from the
+// call, found no processor and waited on the run queue until the OS ran
+// that thread: a Go execution trace of a 4-PE barrier on two CPUs showed
+// a wait of 7.1 ms. None of these calls waits (the sockets are
+// non-blocking), so the runtime loses nothing by not knowing of them.
+// Elsewhere they stay ordinary system calls, as measured before.
 
 // yieldCPU gives the processor to other threads and processes
 // (sched_yield): a Poll on an oversubscribed machine calls it between

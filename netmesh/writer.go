@@ -137,6 +137,19 @@ func (q *sendQueue) write(b *batch) error {
 	if b.guard {
 		return q.nb.guarded(&b.vec)
 	}
+	if len(b.vec) == 1 && !b.ext && q.nb.rawOK != nil && q.nb.rawOK.Load() {
+		// A small batch (a barrier's flag, a put + quiet's frames) on an
+		// oversubscribed machine: one raw write(2) (rawSyscalls),
+		// blocking only for a rest that the socket did not take.
+		n, err := q.nb.writev(b.vec)
+		if err != nil {
+			return err
+		}
+		consume(&b.vec, n)
+		if len(b.vec) == 0 {
+			return nil
+		}
+	}
 	return b.write(q.conn)
 }
 
