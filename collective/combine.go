@@ -57,14 +57,14 @@ func combine[T shmem.Elem](k kind, op Op, d, a, b []T) {
 // on purpose: sharing Sum, Prod, Min and Max through one generic helper
 // over integer | float (| cplx) made a 2-PE Reduce of 1 MiB of int64
 // over shared memory 1.7x slower (30 against 52 µs, 5 interleaved
-// goshbench rounds, 2026-12-01).
+// goshbench rounds, 2026-12-01). That step is the size of the placement
+// effect sumLoop describes, so it may have been placement too; not
+// re-measured.
 func intLoop[U integer](op Op, d, a, b []U) {
 	a, b = a[:len(d)], b[:len(d)]
 	switch op {
 	case Sum:
-		for i := range d {
-			d[i] = a[i] + b[i]
-		}
+		sumLoop(d, a, b)
 	case Prod:
 		for i := range d {
 			d[i] = a[i] * b[i]
@@ -94,13 +94,50 @@ func intLoop[U integer](op Op, d, a, b []U) {
 	}
 }
 
+// sumLoop is d = a + b four elements a step. The one-element loop's
+// speed depended on where the linker happened to place it: a 2-PE
+// AllReduce of 1 MiB of float64 over shared memory read 80 µs in one
+// build and 48 µs in the same code with an unrelated netmesh change
+// reverted (6 interleaved goshbench rounds each, 2026-12-01), the loop's
+// 24 bytes straddling a 64-byte line in the slow build. Four sums a
+// step read 49-56 µs in both placements. d may alias a or b: each step
+// reads its four elements before it writes them.
+func sumLoop[U integer | float](d, a, b []U) {
+	a, b = a[:len(d)], b[:len(d)]
+	i := 0
+	for ; i+4 <= len(d); i += 4 {
+		dd, aa, bb := d[i:i+4:i+4], a[i:i+4:i+4], b[i:i+4:i+4]
+		s0, s1, s2, s3 := aa[0]+bb[0], aa[1]+bb[1], aa[2]+bb[2], aa[3]+bb[3]
+		dd[0], dd[1], dd[2], dd[3] = s0, s1, s2, s3
+	}
+	for ; i < len(d); i++ {
+		d[i] = a[i] + b[i]
+	}
+}
+
+// sumLoop4 is sumLoop for combine4: d = a + b + c + e, summed in that
+// order, four elements a step.
+func sumLoop4[U integer | float](d, a, b, c, e []U) {
+	a, b, c, e = a[:len(d)], b[:len(d)], c[:len(d)], e[:len(d)]
+	i := 0
+	for ; i+4 <= len(d); i += 4 {
+		dd, aa, bb, cc, ee := d[i:i+4:i+4], a[i:i+4:i+4], b[i:i+4:i+4], c[i:i+4:i+4], e[i:i+4:i+4]
+		s0 := aa[0] + bb[0] + cc[0] + ee[0]
+		s1 := aa[1] + bb[1] + cc[1] + ee[1]
+		s2 := aa[2] + bb[2] + cc[2] + ee[2]
+		s3 := aa[3] + bb[3] + cc[3] + ee[3]
+		dd[0], dd[1], dd[2], dd[3] = s0, s1, s2, s3
+	}
+	for ; i < len(d); i++ {
+		d[i] = a[i] + b[i] + c[i] + e[i]
+	}
+}
+
 func floatLoop[U float](op Op, d, a, b []U) {
 	a, b = a[:len(d)], b[:len(d)]
 	switch op {
 	case Sum:
-		for i := range d {
-			d[i] = a[i] + b[i]
-		}
+		sumLoop(d, a, b)
 	case Prod:
 		for i := range d {
 			d[i] = a[i] * b[i]
@@ -173,9 +210,7 @@ func intLoop4[U integer](op Op, d, a, b, c, e []U) {
 	a, b, c, e = a[:len(d)], b[:len(d)], c[:len(d)], e[:len(d)]
 	switch op {
 	case Sum:
-		for i := range d {
-			d[i] = a[i] + b[i] + c[i] + e[i]
-		}
+		sumLoop4(d, a, b, c, e)
 	case Prod:
 		for i := range d {
 			d[i] = a[i] * b[i] * c[i] * e[i]
@@ -209,9 +244,7 @@ func floatLoop4[U float](op Op, d, a, b, c, e []U) {
 	a, b, c, e = a[:len(d)], b[:len(d)], c[:len(d)], e[:len(d)]
 	switch op {
 	case Sum:
-		for i := range d {
-			d[i] = a[i] + b[i] + c[i] + e[i]
-		}
+		sumLoop4(d, a, b, c, e)
 	case Prod:
 		for i := range d {
 			d[i] = a[i] * b[i] * c[i] * e[i]

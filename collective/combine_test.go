@@ -55,3 +55,44 @@ func check4[T shmem.Elem](t *testing.T) {
 		}
 	}
 }
+
+// combine against the serial reference at every length 0-9 and 37 (the
+// loops step four elements, then finish one at a time), apart and with
+// d aliasing either input.
+func TestCombine(t *testing.T) {
+	check2[int8](t)
+	check2[int64](t)
+	check2[uint16](t)
+	check2[uint64](t)
+	check2[float32](t)
+	check2[float64](t)
+	check2[complex128](t)
+}
+
+func check2[T shmem.Elem](t *testing.T) {
+	k := kindOf[T]()
+	for _, n := range []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 37} {
+		for _, op := range allOps {
+			if !valid[T](op) {
+				continue
+			}
+			for alias := range 3 { // 0: apart; 1: d is a; 2: d is b
+				a, b := make([]T, n), make([]T, n)
+				for i := range n {
+					a[i], b[i] = val[T](0, i, int(op)), val[T](1, i, int(op))
+				}
+				want := make([]T, n)
+				for i := range n {
+					want[i] = ref(op, a[i], b[i])
+				}
+				d := [][]T{make([]T, n), a, b}[alias]
+				combine(k, op, d, a, b)
+				for i := range n {
+					if d[i] != want[i] {
+						t.Fatalf("%T %v, %d elements (alias %d): element %d is %v, want %v", d[i], op, n, alias, i, d[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
