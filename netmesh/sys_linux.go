@@ -159,10 +159,7 @@ func (w *nbWriter) callGuarded(fd uintptr) bool {
 }
 
 func (w *nbWriter) call(fd uintptr) bool {
-	sc := unix.Syscall
-	if w.rawOK != nil && w.rawOK.Load() {
-		sc = unix.RawSyscall // see rawSyscalls: the socket is non-blocking
-	}
+	sc := syscallFn(w.rawOK != nil && w.rawOK.Load()) // see rawSyscalls: the socket is non-blocking
 	for {
 		if len(w.iov) == 1 { // write(2) is cheaper than a writev(2) of one iovec
 			w.n, _, w.errno = sc(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(w.iov[0].Base)), uintptr(w.iov[0].Len))
@@ -312,12 +309,17 @@ func appendSegment(b, src []byte) []byte {
 // read is read(2) on the non-blocking socket fd, as a raw system call
 // when raw (rawSyscalls).
 func read(fd uintptr, p []byte, raw bool) (int, syscall.Errno) {
-	sc := unix.Syscall
-	if raw {
-		sc = unix.RawSyscall
-	}
-	n, _, e := sc(unix.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	n, _, e := syscallFn(raw)(unix.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
 	return int(n), e
+}
+
+// syscallFn is unix.RawSyscall when raw (rawSyscalls), else
+// unix.Syscall.
+func syscallFn(raw bool) func(trap, a1, a2, a3 uintptr) (uintptr, uintptr, syscall.Errno) {
+	if raw {
+		return unix.RawSyscall
+	}
+	return unix.Syscall
 }
 
 // rawSyscalls: on an oversubscribed machine (Mesh.SetOversubscribed) the

@@ -109,14 +109,7 @@ func (t *Team) Sync() error {
 	}
 	pe := t.pe
 	if t == pe.world && pe.checked() {
-		if err := pe.enter(); err != nil {
-			return err
-		}
-		defer pe.leave()
-		if err := pe.alive(); err != nil {
-			return err
-		}
-		return pe.agree(opSync, 0, 0) // the world's Sync is SyncAll
+		return pe.SyncAll() // the world's checked Sync is SyncAll's agreement
 	}
 	if err := t.lockCall(); err != nil {
 		return err
