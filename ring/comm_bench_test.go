@@ -11,12 +11,13 @@ import (
 
 // BenchmarkComm: ping-pong (one-way ns) and osu_bw-style windows (from
 // PE 0 to PE 1, and rwindow from PE 1 to PE 0) between
-// two goroutine PEs, and between two processes (PE 1 is this test binary
+// two goroutine PEs (over shared memory, and on two pretend hosts over
+// loopback TCP), and between two processes (PE 1 is this test binary
 // re-executed, as BenchmarkLane's processes; -cpuprofile then profiles
 // PE 0); goshbench's comm suites are the reported figures
 // (docs/ring.md), this is for profiling.
 func BenchmarkComm(b *testing.B) {
-	for _, route := range []string{"goroutines", "processes"} {
+	for _, route := range []string{"goroutines", "tcp", "processes"} {
 		for _, size := range []int{8, 64 << 10, 1 << 20} {
 			for _, window := range []int{0, 64, -64} {
 				name := fmt.Sprintf("%s/pingpong/%d", route, size)
@@ -33,13 +34,17 @@ func BenchmarkComm(b *testing.B) {
 					if route == "processes" {
 						d, err = benchJobFor(b).run(stepComm, size, b.N, window)
 					} else {
+						opts := []shmem.Option{shmem.WithHeapSize(64 << 20)}
+						if route == "tcp" {
+							opts = append(opts, shmem.WithHosts([]string{"a", "b"}))
+						}
 						err = shmem.Run(2, func(pe *shmem.PE) error {
 							t, err := commSteps(pe, size, b.N, window)
 							if pe.MyPE() == 0 {
 								d = t
 							}
 							return err
-						}, shmem.WithHeapSize(64<<20))
+						}, opts...)
 					}
 					if err != nil {
 						b.Fatal(err)

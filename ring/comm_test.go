@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -904,3 +906,71 @@ var _ = register("comm-acks", func(pe *shmem.PE) error {
 })
 
 func TestCommAcks(t *testing.T) { each(t, "comm-acks", 2) }
+
+// comm-cork: an eager message on a lane to a remote PE is corked
+// (sendLane.publish): it waits in the link's send queue for this PE's
+// next frame or wait. It must still leave when the sender makes no
+// further call at all. PE 0 Sends 3 messages of sizes that take each
+// path (inline, bulk within corkMax, bulk beyond it), then watches a
+// word of its own heap with plain loads (no shmem call, so nothing of
+// its own pushes the queue) until PE 1, having received all 3, sets it.
+// Without netmesh's corkDelay (or with a cork that only a wait pushes)
+// PE 1's Recv runs into its deadline and PE 0 into its own. The links'
+// heartbeat, a frame that would carry the corked ones, is set to an hour
+// (TestCommCork).
+var _ = register("comm-cork", func(pe *shmem.PE) error {
+	c, err := NewComm(pe.World())
+	if err != nil {
+		return err
+	}
+	flag, err := shmem.Malloc[uint64](pe, 1)
+	if err != nil {
+		return err
+	}
+	sizes := []int{4 << 10, 1 << 10, 8} // the corked ones last: the PutSignal of the first writes what is queued before it
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	switch c.Rank() {
+	case 0:
+		for i, n := range sizes {
+			if err := Send(bg(), c, 1, i, fillMsg(make([]byte, n), 0, i, i)); err != nil {
+				return fmt.Errorf("Send of %d bytes: %w", n, err)
+			}
+		}
+		w := &flag.Local()[0]
+		for deadline := time.Now().Add(12 * time.Second); atomic.LoadUint64(w) == 0; runtime.Gosched() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("PE 1 did not receive the 3 messages within 12 s of their Sends, with PE 0 making no further call")
+			}
+		}
+	case 1:
+		ctx, cancel := context.WithTimeout(bg(), 10*time.Second)
+		defer cancel()
+		for i, n := range sizes {
+			b := make([]byte, n)
+			st, err := Recv(ctx, c, 0, i, b)
+			if err != nil {
+				return fmt.Errorf("Recv of message %d (%d bytes), PE 0 making no call after its Sends: %w", i, n, err)
+			}
+			if err := checkMsg(b[:st.Bytes], 0, i, i); err != nil {
+				return err
+			}
+		}
+		if err := shmem.AtomicSet(flag, 0, 1, 0); err != nil {
+			return err
+		}
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	if err := shmem.Free(flag); err != nil {
+		return err
+	}
+	return c.Close()
+})
+
+func TestCommCork(t *testing.T) {
+	t.Setenv("GOSHMEM_HEARTBEAT", "1h")
+	each(t, "comm-cork", 2)
+}

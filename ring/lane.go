@@ -25,6 +25,15 @@ type sendLane struct {
 	// The receiver advances it with remote atomic adds.
 	ackWord  *uint64
 	ringBell bool // To has more than one incoming lane: Recv there sleeps on the doorbell
+	// cork: To is on another host, and a message of up to corkMax bytes
+	// sent with no wait for a message since the lane's previous one
+	// (waits where it was at the previous message) is published with a Put and an AtomicSet rather
+	// than a PutSignal, so that it waits in the link's send queue for
+	// company (see publish). Set by a Comm for its lanes to remote PEs,
+	// waits pointing at the Comm's count of waits.
+	cork      bool
+	waits     *atomic.Uint64
+	lastWaits uint64 // *waits at the previous message
 
 	next  uint64   // sequence number of the next message; starts at 1
 	acked uint64   // last value read from ackWord (Safe mode)
@@ -146,9 +155,48 @@ func (l *sendLane) putSlot(k int, seq uint64, used int, signal bool) error {
 		}
 	}
 	if signal {
-		return shmem.PutSignal(slot.Slice(0, head), l.stage[:head], l.pub, seq, shmem.SignalSet, l.lane.To)
+		return l.publish(slot.Slice(0, head), l.stage[:head], seq, used)
 	}
 	return shmem.Put(slot.Slice(0, head), l.stage[:head], l.lane.To)
+}
+
+// corkMax is the largest message a corked lane publishes corked: up to
+// it netmesh copies a blocking Put and leaves it in the send queue
+// (its copyMax, docs/memory-model.md "Puts over TCP"); a longer Put is
+// written before it returns, and a signal corked after it would only
+// lag behind its data.
+const corkMax = 2 << 10
+
+// publish puts src (the last part of message seq, whose slot image and
+// payload are n bytes) into dst on To and then sets the lane's pub word
+// to seq, the signal that the message is complete. Normally that is one
+// PutSignal, which netmesh writes to the socket at once: one system call
+// per message. On a corked lane (cork) a message of up to corkMax bytes
+// that follows the lane's previous message with no wait of the sender
+// for a message between them (a Send in a run of Sends: a wait for
+// room in the lane does not count) is a blocking Put and a
+// non-fetching AtomicSet instead, in that order to one target, so
+// applied in that order (docs/memory-model.md, "Ordering over TCP").
+// Both are copied into the link's send queue and leave together with
+// the next frame this PE writes to To (such as the next uncorked
+// message), with this PE's next wait (shmem's waits over TCP begin with
+// netmesh's Mesh.Push), or after netmesh's corkDelay. So a window of
+// eager Sends leaves in a few writes, not one each, while a message
+// sent after a wait (the reply of a ping-pong, the first of a window)
+// (a receive's wait) is written at once, as before.
+func (l *sendLane) publish(dst shmem.Sym[byte], src []byte, seq uint64, n int) error {
+	corked := false
+	if l.cork && n <= corkMax {
+		w := l.waits.Load()
+		corked, l.lastWaits = w == l.lastWaits, w
+	}
+	if !corked {
+		return shmem.PutSignal(dst, src, l.pub, seq, shmem.SignalSet, l.lane.To)
+	}
+	if err := shmem.Put(dst, src, l.lane.To); err != nil {
+		return err
+	}
+	return shmem.AtomicSet(l.pub, 0, seq, l.lane.To)
 }
 
 // splitMin is the least padding between a slot image's head and its

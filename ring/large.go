@@ -27,8 +27,8 @@ const InlineMax = 1 << 10
 // To's heap: first the slot image (with the bulk flag and the length,
 // and in Raw mode the payload's CRC32C, which tells the receiver whether
 // its copy of the area was overwritten meanwhile), then the payload,
-// straight from the caller's slices, its last piece with the PutSignal
-// that publishes seq. The receiver reads nothing before the signal, so
+// straight from the caller's slices, its last piece with the signal
+// that publishes seq (publish). The receiver reads nothing before the signal, so
 // the slot may go first; over TCP the slot, the header and the signal's
 // frame then leave with the payload in one write.
 func (l *sendLane) putBulk(r *Ring, k int, seq uint64, hdr, data []byte) error {
@@ -55,7 +55,7 @@ func (l *sendLane) putBulk(r *Ring, k int, seq uint64, hdr, data []byte) error {
 		dst := l.data.Slice(at, at+len(part))
 		var err error
 		if i == last {
-			err = shmem.PutSignal(dst, part, l.pub, seq, shmem.SignalSet, l.lane.To)
+			err = l.publish(dst, part, seq, n)
 		} else {
 			err = shmem.Put(dst, part, l.lane.To)
 		}
