@@ -43,6 +43,7 @@ type engine struct {
 	maskPool  sync.Pool // *[]bool of that length: a rendezvous send's mask (watchSend and its state word)
 	bellMsgs  bool      // messages and acks ring their receiver's doorbell
 	closed    atomic.Bool
+	corks     bool          // some lane from this PE corks (a remote peer): receives count their waits
 	waits     atomic.Uint64 // waits of receives (recvReq) begun: a lane to a remote PE corks a message sent with none since its previous one (sendLane.publish)
 
 	// guarded by the gate:
@@ -199,6 +200,7 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 	}
 	for _, l := range r.out {
 		l.cork, l.waits, l.lastWaits = !pe.SameHost(l.lane.To), &e.waits, ^uint64(0)
+		e.corks = e.corks || l.cork
 	}
 	if !bellMsgs {
 		words := r.words.Local()
@@ -1065,7 +1067,9 @@ func (e *engine) recvReq(ctx context.Context, c *Comm, q *request, w *waiter) (S
 			return Status{}, ctxErr(what, err)
 		}
 		e.unlock()
-		e.waits.Add(1)
+		if e.corks {
+			e.waits.Add(1)
+		}
 		if held, err = w.waitKeep(ctx, e, true); err != nil {
 			if lerr := e.lock(); lerr != nil {
 				return Status{}, ctxErr(what, err)
