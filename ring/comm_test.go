@@ -48,6 +48,17 @@ func closeComm(pe *shmem.PE, c *Comm) error {
 	return c.Close()
 }
 
+// closeFreeing meets every PE, frees flag, then closes c.
+func closeFreeing(pe *shmem.PE, c *Comm, flag shmem.Sym[int64]) error {
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	if err := shmem.Free(flag); err != nil {
+		return err
+	}
+	return c.Close()
+}
+
 // firstErr waits for wg, then returns the first error sent on errs.
 func firstErr(wg *sync.WaitGroup, errs chan error) error {
 	wg.Wait()
@@ -482,13 +493,7 @@ var _ = register("comm-ctx", func(pe *shmem.PE) error {
 			return err
 		}
 	}
-	if err := pe.BarrierAll(); err != nil {
-		return err
-	}
-	if err := shmem.Free(flag); err != nil {
-		return err
-	}
-	return c.Close()
+	return closeFreeing(pe, c, flag)
 })
 
 func TestCommCtx(t *testing.T) { each(t, "comm-ctx", 2) }
@@ -923,7 +928,7 @@ var _ = register("comm-cork", func(pe *shmem.PE) error {
 	if err != nil {
 		return err
 	}
-	flag, err := shmem.Malloc[uint64](pe, 1)
+	flag, err := shmem.Malloc[int64](pe, 1)
 	if err != nil {
 		return err
 	}
@@ -939,7 +944,7 @@ var _ = register("comm-cork", func(pe *shmem.PE) error {
 			}
 		}
 		w := &flag.Local()[0]
-		for deadline := time.Now().Add(12 * time.Second); atomic.LoadUint64(w) == 0; runtime.Gosched() {
+		for deadline := time.Now().Add(12 * time.Second); atomic.LoadInt64(w) == 0; runtime.Gosched() {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("PE 1 did not receive the 3 messages within 12 s of their Sends, with PE 0 making no further call")
 			}
@@ -961,13 +966,7 @@ var _ = register("comm-cork", func(pe *shmem.PE) error {
 			return err
 		}
 	}
-	if err := pe.BarrierAll(); err != nil {
-		return err
-	}
-	if err := shmem.Free(flag); err != nil {
-		return err
-	}
-	return c.Close()
+	return closeFreeing(pe, c, flag)
 })
 
 func TestCommCork(t *testing.T) {
