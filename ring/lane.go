@@ -160,6 +160,18 @@ func (l *sendLane) putSlot(k int, seq uint64, used int, signal bool) error {
 	return shmem.Put(slot.Slice(0, head), l.stage[:head], l.lane.To)
 }
 
+// corkNext says whether publish corks the lane's next message, of n
+// bytes, and records that it is sent. The lane's mutex is held.
+func (l *sendLane) corkNext(n int) bool {
+	if !l.cork || n > corkMax {
+		return false
+	}
+	w := l.waits.Load()
+	corked := w == l.lastWaits
+	l.lastWaits = w
+	return corked
+}
+
 // corkMax is the largest message a corked lane publishes corked: up to
 // it netmesh copies a blocking Put and leaves it in the send queue
 // (its copyMax, docs/memory-model.md "Puts over TCP"); a longer Put is
@@ -185,12 +197,7 @@ const corkMax = 2 << 10
 // sent after a wait (the reply of a ping-pong, the first of a window)
 // (a receive's wait) is written at once, as before.
 func (l *sendLane) publish(dst shmem.Sym[byte], src []byte, seq uint64, n int) error {
-	corked := false
-	if l.cork && n <= corkMax {
-		w := l.waits.Load()
-		corked, l.lastWaits = w == l.lastWaits, w
-	}
-	if !corked {
+	if !l.corkNext(n) {
 		return shmem.PutSignal(dst, src, l.pub, seq, shmem.SignalSet, l.lane.To)
 	}
 	if err := shmem.Put(dst, src, l.lane.To); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -759,6 +760,43 @@ func TestRingAfterFinalize(t *testing.T) {
 		}
 		if _, err := r.Recv(); !errors.Is(err, shmem.ErrFinalized) {
 			t.Errorf("PE %d: Recv after Run: %v, want ErrFinalized", me, err)
+		}
+	}
+}
+
+// TestCorkNext: which messages a corked lane corks (sendLane.publish):
+// one that follows the previous message with no receive's wait between
+// them and is at most corkMax bytes; never the first, one sent after a
+// wait, a longer one, or one on a lane that does not cork.
+func TestCorkNext(t *testing.T) {
+	var waits atomic.Uint64
+	l := &sendLane{cork: true, waits: &waits, lastWaits: ^uint64(0)}
+	steps := []struct {
+		n      int
+		wait   bool // a receive waits before the message
+		corked bool
+	}{
+		{8, false, false},           // the first message
+		{8, false, true},            // a run of Sends
+		{corkMax, false, true},      // up to corkMax
+		{corkMax + 1, false, false}, // a longer one is written at once
+		{8, false, true},            // and does not end the run
+		{8, true, false},            // after a wait: the reply of a ping-pong
+		{8, false, true},
+		{8, true, false},
+	}
+	for i, s := range steps {
+		if s.wait {
+			waits.Add(1)
+		}
+		if got := l.corkNext(s.n); got != s.corked {
+			t.Errorf("step %d (%d bytes, wait %v): corked %v, want %v", i, s.n, s.wait, got, s.corked)
+		}
+	}
+	off := &sendLane{waits: &waits}
+	for i := range 3 {
+		if off.corkNext(8) {
+			t.Errorf("message %d on a lane that does not cork was corked", i)
 		}
 	}
 }
