@@ -1,10 +1,10 @@
 package collective
 
-// The layout of a team's collective area on each member (the words and
-// bytes shmem.Team.CollectiveArea hands out). Every
-// member has the same layout at the same offsets.
+// The layout of a team's collective area on each member (the 1536
+// bytes shmem.Team.CollectiveArea hands out, as words and as bytes).
+// Every member has the same layout at the same offsets.
 //
-// Words (uint64, index: meaning):
+// Control words (uint64, index: meaning):
 //
 //	0          exchanges this member has started on the team (k of the
 //	           latest one); written and read by the member only
@@ -24,25 +24,32 @@ package collective
 //	7          gathers this member has received as the root of the
 //	           Reduce ring (reduceRootRing): every other member adds 1
 //	           after its chunk; waits are for word >= a count. Only grows.
-//	8..39      exchange signals: word 8 + 16*parity + slot, where parity
-//	           is k%2. Flat teams (see geometry) use slot 0 only: a
-//	           counter to which every sender adds 1 after its message's
-//	           bytes; waits are for the count of all exchanges of that
-//	           parity so far. Recursive-doubling teams: slot 0 (PRE,
-//	           written by the extra member paired with this one), 1
-//	           (POST, written by the host member of this extra one) or
-//	           2+r (round r, written by this member's round-r partner);
-//	           a writer stores k after the message's bytes; waits are
-//	           for word >= k. Words only grow.
+//	8..39      signal words of the recursive-doubling exchange: word
+//	           8 + 16*parity + slot, where parity is k%2 and slot is PRE
+//	           (0, written by the extra member paired with this one), POST
+//	           (1, written by the host member of this extra one) or 2+r
+//	           (round r, written by this member's round-r partner); a
+//	           writer stores k after the message's bytes; waits are for
+//	           word >= k. Words only grow. Unused on flat teams.
 //
-// Bytes: 2*slots message buffers of slotBytes each, parity-major. A flat
-// team's slot j holds member j's message; a recursive-doubling team's
-// slots are PRE, POST and the rounds, as the signal words. slotBytes is
-// a multiple of 16, so every buffer, and its payload after the 32-byte
-// header, is aligned for every element type.
+// Bytes from scratchOff (word 40) on: 2*slots message buffers of
+// slotBytes each, parity-major. A flat team's slot j holds member j's
+// message; a recursive-doubling team's slots are PRE, POST and the
+// rounds, as the signal words. slotBytes is a multiple of 16, so every
+// buffer, and its payload after the 32-byte header, is aligned for every
+// element type.
+//
+// On a flat team a buffer starts with its own sequence word (seqBytes,
+// then the message): sender j stores k there after the message's bytes
+// of exchange k (one PutSignal with SignalSet, one writer per word), and
+// the receiver waits for every other member's word >= k. Word and
+// message share the buffer's first cache line (a flat buffer of 128
+// bytes or more is a multiple of 64, from a 64-byte aligned start), so a
+// small message costs its receiver one line from each sender, not a line
+// plus a counter that every sender adds to. Words only grow.
 //
 // A message is a header of four little-endian uint64 (see header)
-// followed by a payload of up to slotBytes-32 bytes.
+// followed by a payload of up to payloadCap bytes.
 const (
 	wordSeq     = 0
 	wordCount   = 1
@@ -58,15 +65,19 @@ const (
 	slotRound   = 2
 	maxRounds   = slotsPer - slotRound // teams of fewer than 2^(maxRounds+1) PEs
 	hdrBytes    = 32
+	ctlWords    = 40           // control words before the message buffers
+	scratchOff  = 8 * ctlWords // byte offset of the message buffers in the area
+	seqBytes    = 8            // a flat buffer's sequence word, before its message
 )
 
 // geometry is the shape of an exchange over n members.
 //
 // Teams of up to flatMax members exchange flat: every member puts its
-// message into slot "sender" of every other member's buffers and adds 1
-// to their counter (signal word 8 + 16*parity), then waits for its own
-// counter to count the n-1 messages of the exchange. One wait per
-// exchange, which matters when PEs outnumber cores.
+// message into slot "sender" of every other member's buffers and stores
+// the exchange's number into that buffer's sequence word, then waits
+// until the other members' words in its own buffers reach it. One wait
+// per exchange (a look at each sender's word), which matters when PEs
+// outnumber cores.
 //
 // Larger teams use recursive doubling: p2 is the largest power of two
 // not above n, rounds its log2, and the rem = n-p2 members from p2 up
@@ -76,7 +87,8 @@ type geometry struct {
 	n, p2, rounds, rem int
 	flat               bool
 	slots              int // message buffers per parity
-	slotBytes          int // bytes of one message buffer
+	slotBytes          int // bytes of one message buffer, its sequence word included
+	seq                int // bytes before the message in a buffer: seqBytes on flat teams, else 0
 }
 
 // flatMax is the largest team that exchanges flat.
@@ -93,16 +105,29 @@ func newGeometry(n, scratch int) geometry {
 	g.slots = g.rounds + 2
 	if g.flat {
 		g.slots = n
+		g.seq = seqBytes
 	}
-	g.slotBytes = scratch / (2 * g.slots) &^ 15
+	per := scratch / (2 * g.slots)
+	g.slotBytes = per &^ 15
+	if g.flat && per >= 128 {
+		g.slotBytes = per &^ 63 // whole lines: a small message shares its sequence word's line
+	}
 	return g
 }
 
 // payloadCap is the largest payload of one message.
-func (g geometry) payloadCap() int { return g.slotBytes - hdrBytes }
+func (g geometry) payloadCap() int { return g.slotBytes - g.seq - hdrBytes }
 
-// bufOff is the byte offset of the buffer of (parity, slot).
-func (g geometry) bufOff(parity, slot int) int { return (parity*g.slots + slot) * g.slotBytes }
+// bufOff is the byte offset, in the message buffers, of the message of
+// (parity, slot): after the buffer's sequence word on a flat team.
+func (g geometry) bufOff(parity, slot int) int { return (parity*g.slots+slot)*g.slotBytes + g.seq }
 
-// sigWord is the index of the signal word of (parity, slot).
+// seqWord is the index in the area's words of a flat team's sequence
+// word of buffer (parity, slot).
+func (g geometry) seqWord(parity, slot int) int {
+	return ctlWords + (parity*g.slots+slot)*g.slotBytes/8
+}
+
+// sigWord is the index of the signal word of (parity, slot) of the
+// recursive-doubling exchange.
 func sigWord(parity, slot int) int { return wordSignals + parity*slotsPer + slot }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"sync/atomic"
 
 	"github.com/goshmem/goshmem/shmem"
 )
@@ -17,10 +18,10 @@ type call struct {
 	pe    *shmem.PE
 	n, me int // team size, this PE's team index
 	g     geometry
-	words shmem.Sym[uint64]
-	bytes shmem.Sym[uint8]
-	lw    []uint64 // words.Local()
-	lb    []byte   // bytes.Local()
+	words shmem.Sym[uint64] // the whole area, as words: the control words and the sequence words
+	bytes shmem.Sym[uint8]  // the message buffers (from scratchOff)
+	lw    []uint64          // words.Local()
+	lb    []byte            // bytes.Local()
 	algo  algo
 	what  info   // the call, for error messages
 	desc  uint64 // the call's descriptor (digest)
@@ -35,7 +36,11 @@ func (c *call) begin(t *shmem.Team) error {
 	}
 	c.t, c.pe = t, t.PE()
 	c.n, c.me = t.NPEs(), t.MyPE()
-	c.words, c.bytes = t.CollectiveArea()
+	var area shmem.Sym[uint8]
+	c.words, area = t.CollectiveArea()
+	if area.Len() > scratchOff {
+		c.bytes = area.Slice(scratchOff, area.Len())
+	}
 	c.lw, c.lb = c.words.Local(), c.bytes.Local()
 	c.g = newGeometry(c.n, len(c.lb))
 	if c.g.rounds > maxRounds || c.lw == nil || c.lb == nil {
@@ -302,23 +307,33 @@ func (c *call) exchange(msg []byte, merge func(in []byte)) error {
 
 // exchangeFlat is exchange k on a flat team: msg to every other member,
 // starting with the right-hand neighbour so that no member is written by
-// all at once, then one wait for all of theirs.
+// all at once, each PutSignal storing k into the buffer's sequence word
+// after the message, then one wait for all of theirs: a look at each
+// sender's word in turn (a word seen at k stays seen: words only grow).
 func (c *call) exchangeFlat(msg []byte, merge func([]byte), k uint64) error {
 	par := int(k % 2)
 	off := c.g.bufOff(par, c.me)
 	dst := c.bytes.Slice(off, off+len(msg))
-	sig := c.words.Slice(sigWord(par, 0), sigWord(par, 0)+1)
+	sw := c.g.seqWord(par, c.me)
+	sig := c.words.Slice(sw, sw+1)
 	for s := 1; s < c.n; s++ {
-		traceSignal(c, dst, c.world((c.me+s)%c.n), sigWord(par, 0), shmem.SignalAdd, 1)
-		if err := shmem.PutSignal(dst, msg, sig, 1, shmem.SignalAdd, c.world((c.me+s)%c.n)); err != nil {
+		to := c.world((c.me + s) % c.n)
+		traceSignal(c, dst, to, sw, shmem.SignalSet, k)
+		if err := shmem.PutSignal(dst, msg, sig, k, shmem.SignalSet, to); err != nil {
 			return err
 		}
 	}
-	// Every exchange brings n-1 messages; this parity has had (k+1)/2
-	// exchanges, this one included.
-	c.traceWait(sigWord(par, 0), (k+1)/2*uint64(c.n-1))
-	if err := shmem.WaitUntil(c.words, sigWord(par, 0), shmem.CmpGE, (k+1)/2*uint64(c.n-1)); err != nil {
-		return err
+	c.traceWaitExchange(par, k)
+	for s := 1; s < c.n; s++ {
+		// Member me-s put its message first into me-s+1, ..., so the
+		// left-hand neighbour's is usually the first to land here.
+		w := c.g.seqWord(par, (c.me+c.n-s)%c.n)
+		if atomic.LoadUint64(&c.lw[w]) >= k {
+			continue // here already: no wait call (the call is admitted by BeginCollective)
+		}
+		if err := shmem.WaitUntil(c.words, w, shmem.CmpGE, k); err != nil {
+			return err
+		}
 	}
 	h := readHeader(msg)
 	for j := range c.n {

@@ -153,7 +153,7 @@ const ownMax = 6
 
 type ownState struct {
 	pc  [ownMax]uint16
-	w   [3 * ownMax]uint64 // the words the traces signal, indexed by ownModel.word
+	w   [ownMax * (2*ownMax + 1)]uint64 // the words the traces signal, indexed by ownModel.word: per member 3 control words and a flat exchange's 2(n-1) sequence words
 	bad string
 }
 
@@ -192,8 +192,11 @@ func newOwnModel(t *testing.T, tr [][]traceOp, objs [2][2]uint64) *ownModel {
 			case tEnd:
 				in = false
 			}
-			if o.word >= 0 {
-				k := [2]int{o.pe, o.word}
+			for _, w := range append([]int{o.word}, o.more...) {
+				if w < 0 {
+					continue
+				}
+				k := [2]int{o.pe, w}
 				if _, ok := m.word[k]; !ok {
 					m.word[k] = len(m.word)
 				}
@@ -294,11 +297,17 @@ func (m *ownModel) steps(s ownState) []explore.Step[ownState] {
 		case tRestore:
 			label, local = fmt.Sprintf("PE %d restores its dst in call %d", i, m.episode[i][p]), false
 		case tWait:
-			w := m.word[[2]int{i, o.word}]
-			if s.w[w] < o.v {
+			ready := true
+			for _, w := range append([]int{o.word}, o.more...) {
+				ready = ready && s.w[m.word[[2]int{i, w}]] >= o.v
+			}
+			if !ready {
 				continue
 			}
 			label = fmt.Sprintf("PE %d's wait for word %d >= %d ends", i, o.word, o.v)
+			if len(o.more) > 0 {
+				label = fmt.Sprintf("PE %d's wait for words %d and %v >= %d ends", i, o.word, o.more, o.v)
+			}
 		case tRead, tWrite:
 			verb := "reads"
 			if o.kind == tWrite {
@@ -450,6 +459,14 @@ func TestExploreOwnershipMutantHalving(t *testing.T) {
 // writing into a dst already restored.
 func TestExploreOwnershipMutantRootRing(t *testing.T) {
 	exploreMutant(t, "Reduce ring + gather, one host", 3, &mutantRootRingEarlyRestore, "has restored it", "the Reduce ring restoring early")
+}
+
+// TestExploreOwnershipMutantExchange: a flat exchange whose recorded
+// program leaves out the wait for the right-hand neighbour's message
+// (mutantExchangeSkip) is no longer a barrier: FCollect's entry exchange
+// lets a member push into a member that has not entered the call.
+func TestExploreOwnershipMutantExchange(t *testing.T) {
+	exploreMutant(t, "FCollect", 3, &mutantExchangeSkip, "writes PE", "the exchange without one wait")
 }
 
 // exploreMutant records the case whose name starts with prefix on n

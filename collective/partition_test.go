@@ -119,8 +119,21 @@ func TestGeometry(t *testing.T) {
 		if g.p2 > n || 2*g.p2 <= n || g.p2+g.rem != n || g.rounds > maxRounds {
 			t.Fatalf("geometry(%d) = %+v", n, g)
 		}
-		if g.payloadCap() < 0 || g.bufOff(1, g.slots-1)+g.slotBytes > 1216 || g.flat != (n <= flatMax) || g.slotBytes%16 != 0 {
+		if g.payloadCap() < 0 || g.bufOff(1, g.slots-1)-g.seq+g.slotBytes > 1216 || g.flat != (n <= flatMax) || g.slotBytes%16 != 0 {
 			t.Fatalf("geometry(%d): %d-byte buffers do not fit", n, g.slotBytes)
+		}
+		if g.flat {
+			// A sequence word is 8-aligned, in the area's words past the
+			// control words, and in the first line of its buffer with
+			// the header and 8 bytes of payload where buffers are whole
+			// lines.
+			last := g.seqWord(1, g.slots-1)
+			if g.seq != seqBytes || last < ctlWords || last >= 1536/8 || (g.bufOff(1, g.slots-1)-g.seq)%8 != 0 {
+				t.Fatalf("geometry(%d): sequence word %d of %+v", n, last, g)
+			}
+			if g.slotBytes >= 128 && (g.slotBytes%64 != 0 || g.seq+hdrBytes+8 > 64) {
+				t.Fatalf("geometry(%d): %d-byte buffers are not whole lines", n, g.slotBytes)
+			}
 		}
 	}
 	if g := newGeometry(4, 1216); g.payloadCap() < 64 {
@@ -133,11 +146,11 @@ func TestGeometry(t *testing.T) {
 func TestAreaLayout(t *testing.T) {
 	err := shmem.Run(1, func(pe *shmem.PE) error {
 		words, bytes := pe.World().CollectiveArea()
-		if words.Len() != 40 || bytes.Len() != 1216 {
-			return fmt.Errorf("collective area of %d words and %d bytes, want 40 and 1216", words.Len(), bytes.Len())
+		if words.Len() != 192 || bytes.Len() != 1536 {
+			return fmt.Errorf("collective area of %d words and %d bytes, want 192 and 1536", words.Len(), bytes.Len())
 		}
-		if bytes.Offset() != words.Offset()+8*40 || bytes.Offset()%64 != 0 {
-			return fmt.Errorf("scratch at offset %d after words at %d", bytes.Offset(), words.Offset())
+		if bytes.Offset() != words.Offset() || bytes.Offset()%64 != 0 || bytes.Len()-scratchOff != 1216 {
+			return fmt.Errorf("bytes at offset %d, words at %d", bytes.Offset(), words.Offset())
 		}
 		return nil
 	})
@@ -149,6 +162,7 @@ func TestAreaLayout(t *testing.T) {
 		"wordGather": {wordGather, 7},
 		"wordRingIn": {wordRingIn, 3}, "wordSignals": {wordSignals, 8}, "slotsPer": {slotsPer, 16},
 		"hdrBytes": {hdrBytes, 32}, "flatMax": {flatMax, 8}, "countBits": {countBits, 48},
+		"ctlWords": {ctlWords, 40}, "seqBytes": {seqBytes, 8},
 	} {
 		if got[0] != got[1] {
 			t.Errorf("%s = %d, want %d", name, got[0], got[1])

@@ -21,7 +21,7 @@ const (
 	tWrite                        // bytes [off, off+n) of the heap of world PE pe are written
 	tRead                         // ... are read
 	tSignal                       // word of the team's area of world PE pe: set to v, or v added
-	tWait                         // this member waits for its own word >= v
+	tWait                         // this member waits for its own word >= v (and every word of more)
 	tSave                         // this member saved its dst: others may land in it from here (reduceRootRing)
 	tRestore                      // this member restored its dst: no one may touch it again in this call
 )
@@ -35,6 +35,7 @@ type traceOp struct {
 	word   int // index in the team's area words, or -1
 	add    bool
 	v      uint64
+	more   []int // a tWait for several words: the others (a flat exchange's senders)
 }
 
 // traceRange notes an access of elements [lo, hi) of s on world PE w.
@@ -61,6 +62,23 @@ func (c *call) traceWait(word int, v uint64) {
 	}
 }
 
+// traceWaitExchange notes a flat exchange's wait for the sequence words
+// of parity par of every other member's buffer to reach k, as one wait:
+// the exchange looks at them in turn, but words only grow, so that ends
+// exactly when one wait for all of them would.
+func (c *call) traceWaitExchange(par int, k uint64) {
+	if tracer == nil || c.n < 2 {
+		return
+	}
+	var ws []int
+	for s := 1; s < c.n; s++ {
+		if !mutantExchangeSkip || s != c.n-1 {
+			ws = append(ws, c.g.seqWord(par, (c.me+c.n-s)%c.n))
+		}
+	}
+	tracer.note(c.pe, traceOp{kind: tWait, pe: c.pe.MyPE(), word: ws[0], v: k, more: ws[1:]})
+}
+
 // mutantNoEntry breaks FCollect on purpose: its pushes skip the entry
 // exchange, so they may land in a member that has not entered the call.
 // Only the ownership exploration's mutation check sets it.
@@ -77,3 +95,11 @@ var mutantHalvingNoWait bool
 // left neighbour may then write over the restored contents. Only the
 // ownership exploration's mutation check sets it.
 var mutantRootRingEarlyRestore bool
+
+// mutantExchangeSkip breaks the flat exchange's recorded schedule on
+// purpose: the trace leaves out a member's wait for the message of its
+// right-hand neighbour, so in the program the explorer follows the
+// exchange is no longer a barrier. (The run itself still waits: its
+// reads of the messages must find them, or the recording would fail.)
+// Only the ownership exploration's mutation check sets it.
+var mutantExchangeSkip bool

@@ -52,8 +52,8 @@ import (
 //	TeamScratchOff    512     split/agreement scratch: the member's call
 //	                          descriptor and its free-slot bitmap
 //	2560              1536    the collective area (shmem.Team.CollectiveArea:
-//	                          40 control words, then 1216 bytes of scratch;
-//	                          laid out by package collective, zeroed with the
+//	                          40 control words, then 1216 bytes of message
+//	                          buffers; laid out by package collective, zeroed with the
 //	                          flags when the team is destroyed)
 const (
 	HeaderMagic   = 0x314D454D48534F47 // "GOSHMEM1" read as a little-endian uint64

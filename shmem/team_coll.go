@@ -8,32 +8,33 @@ import (
 
 // The collective area of a team slot: the last 1536 bytes of each
 // member's team slot (heap.TeamSlotSize), which the runtime itself does
-// not use. The collective package owns its layout (collective/area.go);
-// shmem only hands it out, serialises its users and zeroes it when the
-// slot is released, so a team created later on the same slot starts from
-// zero on every member.
+// not use. The collective package owns its layout (collective/area.go:
+// control words, then message buffers whose sequence words sit in the
+// buffers' own cache lines); shmem only hands it out, serialises its
+// users and zeroes it when the slot is released, so a team created later
+// on the same slot starts from zero on every member.
 //
 //	offset in the slot   width   meaning
-//	2560                 1536    collective area: 40 words, then 1216 bytes of scratch
+//	2560                 1536    collective area, laid out by package collective
 const (
-	collAreaOff   = heap.TeamScratchOff + heap.TeamScratchLen // 2560
-	collAreaLen   = heap.TeamSlotSize - collAreaOff           // 1536
-	collWordCount = 40                                        // the first 320 bytes are words
+	collAreaOff = heap.TeamScratchOff + heap.TeamScratchLen // 2560
+	collAreaLen = heap.TeamSlotSize - collAreaOff           // 1536
 )
 
 // CollectiveArea is the team's collective area on this PE, at the same
-// offset on every member and zero when the team is created: words, 40
-// uint64 of control words, then bytes, 1216 bytes of scratch, 64-byte
-// aligned. Only the collective package should use it. Other members
-// reach their copies through the usual RMA, atomic and wait calls with
-// their world PE numbers. The area is not in the allocator's heap and is
-// never freed: the slot is reserved for the lifetime of the segment.
-// The handles share one block, made with the team, so a call costs no
+// offset on every member, 64-byte aligned and zero when the team is
+// created, as two views of the same 1536 bytes: words, 192 uint64 (for
+// the wait, atomic and signal calls), and bytes (for puts and reads).
+// Only the collective package should use it. Other members reach their
+// copies through the usual RMA, atomic and wait calls with their world
+// PE numbers. The area is not in the allocator's heap and is never
+// freed: the slot is reserved for the lifetime of the segment. The
+// handles share one block, made with the team, so a call costs no
 // allocation.
 func (t *Team) CollectiveArea() (words Sym[uint64], bytes Sym[uint8]) {
 	b := &t.coll
-	return Sym[uint64]{b: b, off: b.off, n: collWordCount},
-		Sym[uint8]{b: b, off: b.off + 8*collWordCount, n: collAreaLen - 8*collWordCount}
+	return Sym[uint64]{b: b, off: b.off, n: collAreaLen / 8},
+		Sym[uint8]{b: b, off: b.off, n: collAreaLen}
 }
 
 // BeginCollective starts one collective call of this PE on the team: it
