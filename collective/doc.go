@@ -19,8 +19,8 @@
 // collective at once, with no barrier in between. dst and src may be
 // the same object for Broadcast, Reduce, AllReduce, InScan and ExScan.
 //
-// Small vectors (up to the payload of one scratch message: 256 bytes
-// on 2-PE teams, 112 on 4, 32 on 8) go through each team's reserved
+// Small vectors (up to the payload of one scratch message: 216 bytes
+// on 2-PE teams, 88 on 4, 24 on 8) go through each team's reserved
 // scratch in one exchange (flat on teams of up to 8, recursive doubling
 // on larger ones); larger ones by direct reads and writes of the
 // members' buffers between an entry and an exit exchange, straight in
