@@ -10,7 +10,8 @@ import (
 // (Quiet), then waits until every member of t has reached the barrier
 // (shmem_team_sync after shmem_quiet). It shares Team.Sync's barrier
 // over the team's reserved flags (flat on a team of up to 16 members on
-// one host, dissemination otherwise), so barriers follow each other
+// one host, gather and release on a team of 3 to 8 members across
+// hosts, dissemination otherwise), so barriers follow each other
 // without a reset.
 func Barrier(t *shmem.Team) error {
 	if t == nil {

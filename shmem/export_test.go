@@ -16,7 +16,10 @@ func LockStates(pe *PE) int {
 var SplitFits = splitFits
 
 // SyncsFlat reports whether t's barrier is the flat one (syncFlat).
-func SyncsFlat(t *Team) bool { return t.flat }
+func SyncsFlat(t *Team) bool { return t.alg == syncFlatAlg }
+
+// SyncAlgorithm names t's barrier (syncAlgorithm).
+func SyncAlgorithm(t *Team) string { return t.alg.String() }
 
 // ContextOutstanding reports whether c's own stream to world PE r has
 // operations that no flush covered yet (false when it has none).

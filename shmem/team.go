@@ -23,10 +23,10 @@ import (
 type Team struct {
 	pe         *PE
 	slot       int
-	members    []int // world ranks, in team order
-	me         int   // this PE's index in members
-	predefined bool  // world and shared: never destroyed by the user
-	flat       bool  // every member's heap is mapped here, and few members: syncFlat
+	members    []int   // world ranks, in team order
+	me         int     // this PE's index in members
+	predefined bool    // world and shared: never destroyed by the user
+	alg        syncAlg // the team's barrier (syncAlgorithm), the same on every member
 
 	mu        sync.Mutex    // serialises this PE's collectives on the team; guards epoch
 	epoch     uint64        // barriers completed on the team by this PE
@@ -39,13 +39,14 @@ type Team struct {
 func newTeam(pe *PE, slot int, members []int) *Team {
 	t := &Team{pe: pe, slot: slot, members: members, me: -1}
 	t.coll = block{pe: pe, off: heap.TeamSlotOff(slot) + collAreaOff, size: collAreaLen}
-	t.flat = len(members) <= flatSyncMax
+	mapped := true
 	for i, w := range members {
 		if w == pe.rank {
 			t.me = i
 		}
-		t.flat = t.flat && pe.peers[w].mem != nil
+		mapped = mapped && pe.peers[w].mem != nil
 	}
+	t.alg = syncAlgorithm(len(members), mapped)
 	return t
 }
 
@@ -130,11 +131,9 @@ func (t *Team) sync() error {
 	return t.syncLocked()
 }
 
-// syncLocked is the team's barrier. A team whose members' heaps are all
-// mapped here (so, the same on every member: they all map each other)
-// and that has at most flatSyncMax members uses syncFlat, the others
-// syncDissemination. The choice is made when the team is created and
-// never changes, so every member of a team runs the same barrier.
+// syncLocked is the team's barrier, the one syncAlgorithm chose when the
+// team was created; the choice never changes, and every member makes the
+// same one, so every member of a team runs the same barrier.
 func (t *Team) syncLocked() error {
 	pe := t.pe
 	if t.destroyed.Load() {
@@ -147,12 +146,56 @@ func (t *Team) syncLocked() error {
 	t.debugEnter()
 	t.epoch++
 	var err error
-	if t.flat {
+	switch t.alg {
+	case syncFlatAlg:
 		err = t.syncFlat(t.epoch)
-	} else {
+	case syncGatherAlg:
+		err = t.syncGather(t.epoch)
+	default:
 		err = t.syncDissemination(t.epoch)
 	}
 	return t.orderErr(err)
+}
+
+// A team's barrier algorithm.
+type syncAlg uint8
+
+const (
+	syncDisseminationAlg syncAlg = iota // syncDissemination
+	syncFlatAlg                         // syncFlat
+	syncGatherAlg                       // syncGather
+)
+
+func (a syncAlg) String() string {
+	switch a {
+	case syncFlatAlg:
+		return "flat"
+	case syncGatherAlg:
+		return "gather"
+	}
+	return "dissemination"
+}
+
+// syncAlgorithm is the barrier of a team of n members, mapped when every
+// member's heap is mapped here (so, the same on every member: they all
+// map each other). It depends on nothing else, so every member chooses
+// the same:
+//
+//   - mapped, at most flatSyncMax members: syncFlat (one wait; stores
+//     into mapped memory are cheap);
+//   - not mapped (a member is reached over TCP), 3 to gatherSyncMax
+//     members: syncGather, 2(n-1) messages where dissemination sends
+//     n*ceil(log2 n) (6 against 8 for 4 members);
+//   - otherwise syncDissemination (2 members: one flag each way, both
+//     at once, where a gather would send one after the other).
+func syncAlgorithm(n int, mapped bool) syncAlg {
+	switch {
+	case mapped && n <= flatSyncMax:
+		return syncFlatAlg
+	case !mapped && n >= 3 && n <= gatherSyncMax:
+		return syncGatherAlg
+	}
+	return syncDisseminationAlg
 }
 
 // flatSyncMax is the largest team that syncs flat. A flat barrier costs
@@ -236,6 +279,86 @@ func (t *Team) syncDissemination(e uint64) error {
 		}
 	}
 	return nil
+}
+
+// gatherSyncMax is the largest team that syncs by gather and release
+// when a member is reached over TCP. Over TCP a message costs its sender
+// a write that, on loopback, also runs the receiver's side of TCP
+// (about 6 µs here) and its receiver a read: when the PEs outnumber the
+// cores the barrier is bound by the CPU time of its messages, and a
+// gather sends fewer of them (docs/performance.md, "The 4-PE TCP
+// barrier: gather and release"). The root's n-1 reads and n-1 writes
+// come one after another, so large teams disseminate.
+const gatherSyncMax = 8
+
+// syncGather is the gather-and-release barrier: every member other than
+// the root (member 0) stores the epoch into its own gather flag on the
+// root (gatherFlag), then waits until its release flag (flag 0), stored
+// only by the root, reaches the epoch; the root waits until every gather
+// flag of its own reaches the epoch (gatherWaiting), then stores the
+// epoch into every other member's release flag, in member order, and
+// leaves. The root releases only after seeing every member's store of
+// this epoch, made inside this barrier, and a member leaves only after
+// the root's release of it; epochs rise by one per barrier and flags
+// only grow (syncReached), so a store of a later barrier lets nobody out
+// of an earlier one early, and one of an earlier barrier lets nobody go.
+// Every store into a member's flags is waited for by that member, as
+// releaseSlot needs.
+func (t *Team) syncGather(e uint64) error {
+	pe := t.pe
+	n := len(t.members)
+	if t.me != 0 {
+		if err := pe.storeWord(t.members[0], heap.FlagOff(t.slot, gatherFlag(t.me)), e); err != nil {
+			return pe.goneErr(err)
+		}
+		off := heap.FlagOff(t.slot, 0)
+		root := t.members[0]
+		return pe.awaitFrom(root, off, 8, func() bool { return syncReached(heap.Load64(pe.mem, off), e) },
+			func() string {
+				return fmt.Sprintf("barrier %d of a %d-PE team (gather: release by PE %d)", e, n, root)
+			})
+	}
+	// The root waits for the first member whose flag has not arrived,
+	// reading that member's link at every look (awaitFrom: the others'
+	// every 20 µs), until it has; then for the next one. Flags only grow,
+	// so when the last wait ends every flag has arrived. A flag that came
+	// meanwhile on a later member's link is read at that member's wait's
+	// first look.
+	flag := func(j int) uint64 { return heap.Load64(pe.mem, heap.FlagOff(t.slot, gatherFlag(j))) }
+	for j := gatherWaiting(n, 1, e, flag); j < n; j = gatherWaiting(n, j, e, flag) {
+		from := t.members[j]
+		if err := pe.awaitFrom(from, heap.FlagOff(t.slot, gatherFlag(j)), 8, func() bool { return gatherWaiting(n, j, e, flag) > j },
+			func() string {
+				return fmt.Sprintf("barrier %d of a %d-PE team (gather: PE %d)", e, n, from)
+			}); err != nil {
+			return err
+		}
+	}
+	for j := 1; j < n; j++ {
+		if err := pe.storeWord(t.members[j], heap.FlagOff(t.slot, 0), e); err != nil {
+			return pe.goneErr(err)
+		}
+	}
+	return nil
+}
+
+// The gather barrier's flags and wait rule, as pure functions, so the
+// explorer (gathersync_explore_test.go) drives the barrier's own.
+
+// gatherFlag is the flag on the root that member j (1..n-1) stores into;
+// flag 0 of every member but the root is its release flag.
+func gatherFlag(j int) int { return j }
+
+// gatherWaiting is the first member j >= from (from >= 1) whose gather
+// flag (flag(j)) does not yet let the root leave barrier e's gather; n
+// when every one does.
+func gatherWaiting(n, from int, e uint64, flag func(j int) uint64) int {
+	for j := max(from, 1); j < n; j++ {
+		if !syncReached(flag(j), e) {
+			return j
+		}
+	}
+	return n
 }
 
 // goneErr turns the error of a barrier signal to a remote peer that

@@ -238,6 +238,57 @@ func TestBarriersBothAlgorithms(t *testing.T) {
 	}
 }
 
+// Teams with a member reached over TCP sync by gather and release from 3
+// to 8 members, by dissemination with 2 and from 9 (syncAlgorithm), and
+// the barrier each runs holds: the largest and smallest of each, on
+// pretend hosts of one PE each and of two PEs each (mixed: a team with
+// mapped and TCP members), and a split team of 3 on them.
+func TestBarriersOverTCPByTeamSize(t *testing.T) {
+	barriers := scenarios.Get("barriers")
+	cases := []struct {
+		kind string
+		n    int
+		want string
+	}{
+		{"remote", 2, "dissemination"}, {"remote", 3, "gather"}, {"remote", 8, "gather"},
+		{"remote", 9, "dissemination"}, {"mixed", 4, "gather"}, {"mixed", 2, "flat"},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%s/%d", c.kind, c.n), func(t *testing.T) {
+			err := shmem.Run(c.n, func(pe *shmem.PE) error {
+				if got := shmem.SyncAlgorithm(pe.World()); got != c.want {
+					return fmt.Errorf("%d-PE world team on %s hosts: %s barrier, want %s", c.n, c.kind, got, c.want)
+				}
+				if err := barriers(pe); err != nil {
+					return err
+				}
+				if c.n < 4 {
+					return nil
+				}
+				sub, err := pe.World().Split(1, 1, 3)
+				if err != nil {
+					return err
+				}
+				if sub == nil {
+					return nil
+				}
+				if got := shmem.SyncAlgorithm(sub); got != "gather" {
+					return fmt.Errorf("team of PEs 1-3: %s barrier, want gather", got)
+				}
+				for range 50 {
+					if err := sub.Sync(); err != nil {
+						return err
+					}
+				}
+				return sub.Destroy()
+			}, shmem.WithTimeout(60*time.Second), shmem.WithHeapSize(1<<20), shmem.WithHosts(pretendHosts(c.kind, c.n)))
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 func TestEightPEsOnTwoCoresFinishPromptly(t *testing.T) {
 	start := time.Now()
 	err := shmem.Run(8, func(pe *shmem.PE) error {
