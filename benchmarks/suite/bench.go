@@ -38,7 +38,10 @@ type B struct {
 	oversub         bool         // the job's PEs outnumber the CPUs: the TCP limits do not spin (tcpRTT)
 	ring            *tcpRingLink // the tcp-ring limit's connections (tcpring.go)
 	ringErr         error
-	ringed          bool // ringLink has run
+	ringed          bool     // ringLink has run
+	star            *tcpStar // the tcp-barrier limit's connections (tcpbarrier.go)
+	starErr         error
+	starred         bool // starLink has run
 
 	progress io.Writer // PE 0: stderr
 	figures  []report.Measurement

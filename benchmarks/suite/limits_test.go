@@ -14,7 +14,8 @@ import (
 // offline is a B that can build limits without a job: its TCP link is
 // marked as tried and failed, so building a TCP limit meets no PE.
 func offline(transport string, npes int) *B {
-	return &B{cfg: Config{Transport: transport}, rank: 0, npes: npes, linked: true, tcpErr: errors.New("offline")}
+	return &B{cfg: Config{Transport: transport}, rank: 0, npes: npes, linked: true, tcpErr: errors.New("offline"),
+		starred: true, starErr: errors.New("offline")}
 }
 
 // Every figure is held to its transport's limit: same-host limits in shm
@@ -52,6 +53,42 @@ func TestLimitPerTransport(t *testing.T) {
 			t.Errorf("%s over tcp without a link: %v, want the link's error", c.what, err)
 		}
 	}
+}
+
+// The barrier figure's limit: over TCP with 3 or more PEs the plain-Go
+// gather-and-release barrier of all PEs (tcp-barrier), run on its own
+// connections; with 2 PEs, and over shared memory, the floor of
+// ceil(log2 P) one-way transfers.
+func TestBarrierLimit(t *testing.T) {
+	for _, c := range []struct {
+		transport string
+		npes      int
+		want      string
+	}{
+		{TransportTCP, 2, limTCPFloor}, {TransportTCP, 3, limTCPBarrier}, {TransportTCP, 4, limTCPBarrier},
+		{TransportTCP, 9, limTCPBarrier}, {TransportSHM, 2, limBarrier}, {TransportSHM, 4, limBarrier},
+	} {
+		l := offline(c.transport, c.npes).barrierLimit(float64(syncRoundsOf(c.npes)))
+		if l.name != c.want {
+			t.Errorf("barrier of %d PEs over %s: limit %s, want %s", c.npes, c.transport, l.name, c.want)
+		}
+		if c.transport != TransportTCP {
+			continue
+		}
+		if _, err := l.run(1); err == nil || !strings.Contains(err.Error(), "offline") {
+			t.Errorf("barrier of %d PEs over tcp without connections: %v, want the connections' error", c.npes, err)
+		}
+	}
+}
+
+// syncRoundsOf is ceil(log2 n), the barrier suite's count of one-way
+// transfers.
+func syncRoundsOf(n int) int {
+	r := 0
+	for d := 1; d < n; d <<= 1 {
+		r++
+	}
+	return r
 }
 
 // The same-host limits fail with a clear error where the peer's heap is

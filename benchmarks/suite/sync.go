@@ -14,7 +14,7 @@ func init() {
 		Run: func(b *B, _ int) error {
 			rounds := float64(bits.Len(uint(b.npes - 1)))
 			return b.figure(figure{suite: "barrier", size: 0, metric: report.Latency,
-				run: b.barrierLoop(), limit: b.syncLimit(limBarrier, rounds)})
+				run: b.barrierLoop(), limit: b.barrierLimit(rounds)})
 		}})
 	Register(&Suite{Name: "waituntil", Group: "sync", Pair: true, Default: true,
 		Doc: "ping-pong: PE 0 stores i into PE 1's word with P and waits (WaitUntil) for PE 1 to store it back; " +

@@ -181,7 +181,7 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	tcpLimits := map[report.Metric][]string{
-		report.Latency:   {"tcp-rtt-poll", "tcp-rtt", "tcp-floor"}, // tcp-rtt: PEs outnumber the CPUs
+		report.Latency:   {"tcp-rtt-poll", "tcp-rtt", "tcp-floor", "tcp-barrier"}, // tcp-rtt: PEs outnumber the CPUs
 		report.Bandwidth: {"tcp-stream"},
 		report.Rate:      {"tcp-stream-frames"},
 	}
@@ -204,6 +204,11 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("record %s: a shm figure held to %s", r.Key(), r.LimitName)
 		case r.Transport == "tcp" && !slices.Contains(tcpLimits[r.Metric], r.LimitName):
 			t.Errorf("record %s: a tcp %s held to %s, want one of %v", r.Key(), r.Metric, r.LimitName, tcpLimits[r.Metric])
+		case r.Transport == "tcp" && r.Suite == "barrier" && (r.LimitName == "tcp-barrier") != (r.PEs >= 3):
+			// The plain-Go barrier of all PEs from 3 PEs on; 2 PEs: tcp-floor.
+			t.Errorf("record %s: a %d-PE tcp barrier held to %s", r.Key(), r.PEs, r.LimitName)
+		case r.LimitName == "tcp-barrier" && r.Suite != "barrier":
+			t.Errorf("record %s: held to tcp-barrier, which only the barrier figure is", r.Key())
 		case r.LimitName == "tcp-rtt" && r.PEs <= runtime.NumCPU():
 			// The parked round trip only where the PEs outnumber the CPUs.
 			t.Errorf("record %s: %d PEs on %d CPUs held to the parked tcp-rtt, want tcp-rtt-poll", r.Key(), r.PEs, runtime.NumCPU())
