@@ -83,7 +83,7 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 			}
 			c.granted.Store(false)
 			st.rmu.Unlock()
-			err := st.serve(c)
+			err := st.serve(c, nil)
 			st.rmu.Lock()
 			if err != errYield {
 				st.endLocked(err)

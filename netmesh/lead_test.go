@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -444,20 +445,17 @@ func lingerTest(t *testing.T, take func(*tpe, *rawPeer) bool) {
 	}
 }
 
-// TestPollThatParksFreesLingering: a Poll that does not poll (the spin
-// policy says no: here, polling paused) frees the tokens that linger, at
-// once, since its caller parks next and what it waits for may arrive on
-// a lingering socket, which announces nothing until the timer fires (up
-// to a millisecond when the process sleeps).
-func TestPollThatParksFreesLingering(t *testing.T) {
-	p, _ := rawJob(t, 1<<16, func(c *Config) { c.Heartbeat = time.Hour; c.Spin = SpinOn })
+// lingerToken polls p's only stream until a Poll leaves its token
+// lingering, then stops the linger timer so that it stays so; it returns
+// a function that reads the token's holder kind.
+func lingerToken(t *testing.T, p *tpe) func() holderKind {
+	t.Helper()
 	st := p.m.Link(0).streams[0]
 	kind := func() holderKind {
 		st.rmu.Lock()
 		defer st.rmu.Unlock()
 		return st.tok.kind
 	}
-	defer resetSpin()
 	yes := func() bool { return true }
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -468,15 +466,74 @@ func TestPollThatParksFreesLingering(t *testing.T) {
 		if p.m.Poll(time.Second, yes) && kind() == heldLinger {
 			p.m.lingerT.Stop() // keep the timer out of it
 			if kind() == heldLinger {
-				break
+				return kind
 			}
 		}
 	}
+}
+
+// TestPollThatParksFreesLingering: a Poll that does not poll (the spin
+// policy says no: here, polling paused) frees the tokens that linger, at
+// once, since its caller parks next and what it waits for may arrive on
+// a lingering socket, which announces nothing until the timer fires (up
+// to a millisecond when the process sleeps).
+func TestPollThatParksFreesLingering(t *testing.T) {
+	p, _ := rawJob(t, 1<<16, func(c *Config) { c.Heartbeat = time.Hour; c.Spin = SpinOn })
+	defer resetSpin()
+	kind := lingerToken(t, p)
+	yes := func() bool { return true }
 	spinOff.Store(mono() + int64(time.Hour)) // polling paused: Poll will not poll
 	if p.m.Poll(time.Second, yes) {
 		t.Fatal("Poll polled while polling was paused")
 	}
 	if k := kind(); k == heldLinger {
 		t.Fatal("a Poll that did not poll left the token lingering for its parking caller")
+	}
+}
+
+// TestPollStopsWhenDone: a Poll whose condition holds after a frame it
+// applied stops at that frame boundary instead of reading the socket
+// once more (stream.serve's done): a barrier's wait is usually
+// ended by one small frame, and the read that would find the socket
+// empty was a system call per wait. Here the raw peer writes a second
+// PUT from inside the Notify of the first one (called by the applier
+// after the frame, before it reads again), so it is in the socket by the
+// time a further read would be made: the Poll, whose condition is the
+// first PUT, must leave it, and the next Poll applies it.
+func TestPollStopsWhenDone(t *testing.T) {
+	const a, b = 64, 128
+	var afterA atomic.Pointer[func()]
+	p, r := rawJob(t, 1<<16, func(c *Config) {
+		c.Heartbeat, c.Spin = time.Hour, SpinOn
+		prev := c.Notify
+		c.Notify = func(off, n uint64) {
+			prev(off, n)
+			if f := afterA.Load(); f != nil && off == a {
+				(*f)()
+			}
+		}
+	})
+	defer resetSpin()
+	// Leave the token lingering (the socket quiet: the reader goroutine
+	// hears of no small frame), as a barrier's previous wait does.
+	lingerToken(t, p)
+	put := func(off uint64) []byte { return append(appendPut(nil, off, 1), 1) }
+	sendB := func() {
+		afterA.Store(nil)
+		r.send(put(b)) // loopback: queued at the receiver when the write returns
+	}
+	afterA.Store(&sendB)
+	r.send(put(a))
+	resetSpin()
+	if !p.m.Poll(5*time.Second, func() bool { p.sync(); return p.mem[a] == 1 }) {
+		t.Fatal("Poll did not see the first PUT")
+	}
+	p.sync()
+	if p.mem[b] != 0 {
+		t.Fatal("a Poll whose condition held read and applied the next frame: it read the socket again after its condition held")
+	}
+	resetSpin()
+	if !p.m.Poll(5*time.Second, func() bool { p.sync(); return p.mem[b] == 1 }) {
+		t.Fatal("the second PUT was never applied")
 	}
 }

@@ -163,11 +163,16 @@ func (st *stream) notify(off, n uint64) {
 // hand the token on (errYield: see stream.yield) or the stream ends. It
 // then returns errGoodbye, a *wireError (this side found a violation), a
 // *peerError, or the read error. Each frame is applied by the function
-// of its type (apply.go) before the next is read.
-func (st *stream) serve(c *call) error {
+// of its type (apply.go) before the next is read. A Mesh.Poll passes its
+// condition as done: once it holds, serve stops (errYield) at the next
+// frame boundary where no whole frame is buffered, instead of reading
+// the socket again, which would most often find it empty. done is only
+// called, never kept (a closure kept in the stream would be allocated by
+// every wait that polls).
+func (st *stream) serve(c *call, done func() bool) error {
 	for {
 		st.quietAgain() // at a frame boundary: a poller's socket is quiet again
-		if st.yield(c) {
+		if st.yield(c) || (done != nil && !st.frameBuffered() && done()) {
 			return errYield
 		}
 		if err := st.fill(prefixLen, c, true); err != nil {

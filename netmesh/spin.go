@@ -294,6 +294,11 @@ func (m *Mesh) Poll(d time.Duration, done func() bool) bool { return m.PollFrom(
 // caller that queues for one of their tokens still has it at once.
 const pollOthers = int64(20 * time.Microsecond)
 
+// A poller whose done holds stops at the next frame boundary instead of
+// reading the socket again (stream.serve's done): the frame that
+// ends a barrier's wait is usually alone, and the read after it was a
+// system call that found nothing.
+//
 // PollFrom is Poll for a wait that knows which PE's write ends it (a
 // barrier round waits for one peer's flag): it reads the streams of the
 // link to PE from at every look, and those of the other links every
@@ -346,7 +351,7 @@ func (m *Mesh) PollFrom(d time.Duration, from int, done func() bool) bool {
 				continue
 			}
 			seen := st.recvs.Load()
-			err := st.serve(nil) // applies what is buffered and what one read brings
+			err := st.serve(nil, done) // applies what is buffered and what one read brings
 			if st.recvs.Load() != seen {
 				// Traffic: a PE that waits while others use its memory
 				// keeps serving them at polling speed. Time spent applying

@@ -228,7 +228,7 @@ func (st *stream) onWatch(uintptr) bool {
 		return false
 	}
 	st.rmu.Unlock()
-	err := st.serve(nil)
+	err := st.serve(nil, nil)
 	st.rmu.Lock()
 	defer st.rmu.Unlock()
 	if err != errYield {
