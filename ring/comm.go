@@ -66,7 +66,8 @@ const (
 	commAckBatch = 4                                       // a receiver acknowledges a lane every commAckBatch processed messages
 	commAckIdle  = 2                                       // and, before it waits, one with at least commAckIdle
 	specFrags    = 8                                       // frags a rendezvous Send may send before its match (see sendRdv)
-	commDepth    = EagerCredits + commAckBatch + specFrags // lane depth: EagerCredits unreceived plus commAckBatch-1 processed, unacknowledged, plus specFrags early frags
+	commDepth    = EagerCredits + commAckBatch + specFrags // bulk areas per lane: EagerCredits unreceived plus commAckBatch-1 processed, unacknowledged, plus specFrags early frags
+	commSlots    = 128                                     // slots per lane (lane depth): an inline message waits for room only behind commSlots unacknowledged ones
 	specEpoch    = 1                                       // the epoch of a rendezvous message's early frags (see Comm.match)
 	rdvSlots     = 64                                      // rendezvous sends in flight per PE
 	minFrag      = 4 << 10                                 // the least eager limit a Comm accepts

@@ -153,8 +153,9 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 	if n > 1 {
 		// The lanes into a PE may take half its heap for frags of up to
 		// the eager limit, an eighth of it for longer ones: (n-1) lanes
-		// of commDepth slots and bulk areas (the slots counted at 2 KiB,
-		// far more than their cache line or two).
+		// of commDepth bulk areas and commSlots slots (counted at 2 KiB
+		// a bulk area, more than their cache line or two: commSlots
+		// lines of up to 256 bytes fit in it).
 		per := func(part int) int {
 			return (int(info.HeapSize)/part/((n-1)*commDepth) - 2*InlineMax - hdrLong) &^ (minFrag - 1)
 		}
@@ -168,7 +169,7 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 	for i := range n {
 		for j := range n {
 			if i != j {
-				lanes = append(lanes, Lane{From: i, To: j, Depth: commDepth, Capacity: hdrLong + frag})
+				lanes = append(lanes, Lane{From: i, To: j, Depth: commSlots, Capacity: hdrLong + frag})
 			}
 		}
 	}
@@ -182,7 +183,7 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 	// sees the receiver's compare-and-swap land, with no doorbell after
 	// it (over TCP the frame of the CAS itself ends the sender's poll,
 	// half a round trip before a doorbell sent after its reply would).
-	r, err := newRingBell(pe, lanes, Safe, commInline(info.CacheLine), rule, rdvSlots)
+	r, err := newRingBell(pe, lanes, Safe, commInline(info.CacheLine), rule, rdvSlots, commDepth)
 	if err != nil {
 		return nil, fmt.Errorf("ring: NewComm: %w", err)
 	}

@@ -86,7 +86,7 @@ func newLaneModel(t testing.TB, mode Mode, depth, msgs int) *laneModel {
 
 func newLaneModelCap(t testing.TB, mode Mode, depth, msgs, capacity int) *laneModel {
 	lane := Lane{From: 0, To: 1, Depth: depth, Capacity: capacity}
-	lay, err := computeLayout([]Lane{lane}, 2, exLine, InlineMax, 1<<30)
+	lay, err := computeLayout([]Lane{lane}, 2, exLine, InlineMax, 0, 1<<30)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ type sendLane struct {
 
 	lane  Lane
 	depth uint64
+	bulks uint64 // bulk areas: depth, or fewer (layout.go)
 	lay   laneLayout
 	data  shmem.Sym[byte]   // the ring's data object (slots and bulk areas live in To's copy)
 	pub   shmem.Sym[uint64] // To's pub word for this lane
@@ -92,7 +93,13 @@ func (l *sendLane) sendvEarly(r *Ring, hdr, data []byte, wait bool, early int) (
 		}
 	}
 	if r.mode == Safe {
-		if need := safeNeed(seq, l.depth); l.acked < need {
+		need := safeNeed(seq, l.depth)
+		if n > l.lay.inline {
+			// A bulk message reuses area slotOf(seq, bulks), whose
+			// previous user is message seq-bulks.
+			need = safeNeed(seq, l.bulks)
+		}
+		if l.acked < need {
 			if !wait {
 				if l.acked = atomic.LoadUint64(l.ackWord); l.acked < need {
 					return 0, false, nil
@@ -108,7 +115,7 @@ func (l *sendLane) sendvEarly(r *Ring, hdr, data []byte, wait bool, early int) (
 			l.hbuf = make([]byte, len(hdr))
 		}
 		h := append(l.hbuf[:0], hdr...)
-		err = l.putBulk(r, k, seq, h, data)
+		err = l.putBulk(r, k, slotOf(seq, l.bulks), seq, h, data)
 	} else {
 		encodeSlot2(l.stage, seq, hdr, data)
 		err = l.putSlot(k, seq, offPayload+n, true)
@@ -250,6 +257,7 @@ func (l *sendLane) waitAck(r *Ring, need uint64) error {
 type recvLane struct {
 	lane  Lane
 	depth uint64
+	bulks uint64 // bulk areas: depth, or fewer (layout.go)
 	lay   laneLayout
 	mode  Mode
 	// mem is this PE's data object; slot k is mem[slotsOff+k*slotSize:]
@@ -409,7 +417,7 @@ func (l *recvLane) accept(e uint64, k int, live []byte) (Message, bool) {
 			m.Data = append([]byte(nil), v.payload...)
 		}
 	case v.bulk && l.lay.bulkSize > 0 && v.n <= l.lane.Capacity:
-		data, ok := l.takeBulk(k, v.n, binary.LittleEndian.Uint32(v.payload))
+		data, ok := l.takeBulk(slotOf(e, l.bulks), v.n, binary.LittleEndian.Uint32(v.payload))
 		if !ok {
 			return Message{}, false
 		}

@@ -23,16 +23,16 @@ import (
 // bulk lane's slots at 1088 bytes.
 const InlineMax = 1 << 10
 
-// putBulk sends bulk message seq, hdr then data, through bulk area k in
-// To's heap: first the slot image (with the bulk flag and the length,
+// putBulk sends bulk message seq, hdr then data, through slot k and bulk
+// area b in To's heap: first the slot image (with the bulk flag and the length,
 // and in Raw mode the payload's CRC32C, which tells the receiver whether
 // its copy of the area was overwritten meanwhile), then the payload,
 // straight from the caller's slices, its last piece with the signal
 // that publishes seq (publish). The receiver reads nothing before the signal, so
 // the slot may go first; over TCP the slot, the header and the signal's
 // frame then leave with the payload in one write.
-func (l *sendLane) putBulk(r *Ring, k int, seq uint64, hdr, data []byte) error {
-	off := l.lay.bulkOff + k*l.lay.bulkSize
+func (l *sendLane) putBulk(r *Ring, k, b int, seq uint64, hdr, data []byte) error {
+	off := l.lay.bulkOff + b*l.lay.bulkSize
 	n := len(hdr) + len(data)
 	var sum uint32
 	if r.mode == Raw {
@@ -60,7 +60,7 @@ func (l *sendLane) putBulk(r *Ring, k int, seq uint64, hdr, data []byte) error {
 			err = shmem.Put(dst, part, l.lane.To)
 		}
 		if err != nil {
-			return fmt.Errorf("bulk area %d: %w", k, err)
+			return fmt.Errorf("bulk area %d: %w", b, err)
 		}
 	}
 	return nil

@@ -30,8 +30,12 @@ const (
 //
 // data (bytes), per PE p, for each incoming lane in the order of the
 // lanes slice: Depth slots of slotSize bytes, then, when the lane's
-// Capacity is above its inline capacity, Depth bulk areas of Capacity
-// bytes rounded up to the cache line (bulk area k belongs to slot k).
+// Capacity is above its inline capacity, B bulk areas of Capacity
+// bytes rounded up to the cache line. B is Depth (bulk area k belongs
+// to slot k) unless the ring was made with fewer bulk areas (a Comm's
+// ring, Safe mode only): then bulk message seq uses area (seq-1) mod B,
+// and its sender waits until message seq-B, the area's previous user,
+// is acknowledged.
 //
 // i and j count a PE's incoming and outgoing lanes in the order of the
 // lanes slice, so every PE computes every other PE's layout alike.
@@ -43,6 +47,7 @@ type laneLayout struct {
 	slotsOff int // byte offset of slot 0 in the receiver's data object
 	bulkSize int // bytes per bulk area; 0 when the lane has none
 	bulkOff  int // byte offset of bulk area 0 in the receiver's data object
+	bulks    int // bulk areas: Depth, or fewer (see above)
 	pubIdx   int // element of the pub word in the receiver's words object
 	ackIdx   int // element of the ack word in the sender's words object
 	inLanes  int // the receiver's number of incoming lanes
@@ -57,9 +62,10 @@ type layout struct {
 	perPEData []uint64 // data bytes each PE needs (for error messages)
 }
 
-// computeLayout lays out validated lanes for npes PEs. It fails with
+// computeLayout lays out validated lanes for npes PEs, with bulks bulk
+// areas per lane (0: Depth; else at most Depth). It fails with
 // ErrHeapExhausted when the ring cannot fit in a heap of heapSize bytes.
-func computeLayout(lanes []Lane, npes, line, inlineMax int, heapSize uint64) (*layout, error) {
+func computeLayout(lanes []Lane, npes, line, inlineMax, bulks int, heapSize uint64) (*layout, error) {
 	lw := line / 8 // words per entry
 	in := make([]int, npes)
 	out := make([]int, npes)
@@ -71,10 +77,14 @@ func computeLayout(lanes []Lane, npes, line, inlineMax int, heapSize uint64) (*l
 		ll.slotSize = slotSize(max(ll.inline, bulkInline), line)
 		ll.slotsOff = int(data[l.To])
 		data[l.To] += uint64(l.Depth) * uint64(ll.slotSize)
+		ll.bulks = l.Depth
+		if bulks > 0 {
+			ll.bulks = min(bulks, l.Depth)
+		}
 		if l.Capacity > ll.inline {
 			ll.bulkSize = (l.Capacity + line - 1) &^ (line - 1)
 			ll.bulkOff = int(data[l.To])
-			data[l.To] += uint64(l.Depth) * uint64(ll.bulkSize)
+			data[l.To] += uint64(ll.bulks) * uint64(ll.bulkSize)
 		}
 		if data[l.To] > heapSize {
 			return nil, fmt.Errorf("ring: the lanes into PE %d need more than %d bytes (lane %d: %d→%d, depth %d, capacity %d), more than the %d-byte symmetric heap: %w",
@@ -137,7 +147,7 @@ func validate(lanes []Lane, mode Mode, npes int) error {
 //
 //	word  meaning
 //	0     descMagic: "ring" and layout version 1
-//	1     FNV-1a 64 of mode, inline limit and every lane's four fields (LE u64 each)
+//	1     FNV-1a 64 of mode, inline limit, bulk areas per lane and every lane's four fields (LE u64 each)
 //	2     number of lanes
 //	3     mode
 //	4     inline limit
@@ -146,7 +156,7 @@ const (
 	descWords = 5
 )
 
-func descriptor(lanes []Lane, mode Mode, inlineMax int) [descWords]uint64 {
+func descriptor(lanes []Lane, mode Mode, inlineMax, bulks int) [descWords]uint64 {
 	h := fnv.New64a()
 	var b [8]byte
 	put := func(v int) {
@@ -155,6 +165,7 @@ func descriptor(lanes []Lane, mode Mode, inlineMax int) [descWords]uint64 {
 	}
 	put(int(mode))
 	put(inlineMax)
+	put(bulks)
 	for _, l := range lanes {
 		put(l.From)
 		put(l.To)

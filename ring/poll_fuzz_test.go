@@ -26,7 +26,7 @@ func FuzzPoll(f *testing.F) {
 	f.Fuzz(func(t *testing.T, mem []byte, pub, next uint64, depth uint8, raw bool, limit uint8) {
 		d := int(depth%4) + 1
 		lane := Lane{From: 0, To: 1, Depth: d, Capacity: 8}
-		lay, err := computeLayout([]Lane{lane}, 2, 64, InlineMax, 1<<30)
+		lay, err := computeLayout([]Lane{lane}, 2, 64, InlineMax, 0, 1<<30)
 		if err != nil {
 			t.Fatal(err)
 		}

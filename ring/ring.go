@@ -102,7 +102,7 @@ func New(pe *shmem.PE, lanes []Lane, mode Mode) (*Ring, error) {
 // newRing is New with the inline limit as a parameter, for tests and
 // benchmarks that move the crossover. It is part of the agreement.
 func newRing(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int) (*Ring, error) {
-	return newRingBell(pe, lanes, mode, inlineMax, bellShared, 0)
+	return newRingBell(pe, lanes, mode, inlineMax, bellShared, 0, 0)
 }
 
 // bellRule says which messages ring their receiver's doorbell.
@@ -123,12 +123,20 @@ const (
 // newRingBell is newRing with the doorbell rule as a parameter, and
 // extra words of the caller's after the lanes' in the words object
 // (Ring.extra): a Comm's rendezvous state words, which its waits watch
-// in the same WaitUntilAnyVector as the lanes' words.
-func newRingBell(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int, bell bellRule, extra int) (*Ring, error) {
+// in the same WaitUntilAnyVector as the lanes' words. bulks, when
+// positive, is how many bulk areas each lane has (Safe mode only; a
+// lane of lower depth has Depth): a Comm's lanes are deeper in slots,
+// which an inline message takes, than in bulk areas (layout.go).
+func newRingBell(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int, bell bellRule, extra, bulks int) (*Ring, error) {
 	if pe == nil {
 		return nil, fmt.Errorf("ring: New on a nil PE: %w", shmem.ErrInvalid)
 	}
-	if err := agree(pe, descriptor(lanes, mode, inlineMax)); err != nil {
+	if bulks < 0 || (bulks > 0 && mode != Safe) {
+		// Raw mode tells a lapped slot by pub alone, which says nothing
+		// of an area reused sooner than its slot.
+		return nil, fmt.Errorf("ring: %d bulk areas per lane in mode %v (fewer bulk areas than slots need Safe mode): %w", bulks, mode, shmem.ErrInvalid)
+	}
+	if err := agree(pe, descriptor(lanes, mode, inlineMax, bulks)); err != nil {
 		return nil, err
 	}
 	// From here every PE has the same arguments, so every check below
@@ -137,7 +145,7 @@ func newRingBell(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int, bell bell
 		return nil, err
 	}
 	info := pe.Info()
-	lay, err := computeLayout(lanes, pe.NPEs(), info.CacheLine, inlineMax, info.HeapSize)
+	lay, err := computeLayout(lanes, pe.NPEs(), info.CacheLine, inlineMax, bulks, info.HeapSize)
 	if err != nil {
 		return nil, err
 	}
@@ -164,14 +172,14 @@ func newRingBell(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int, bell bell
 		ll := lay.lanes[i]
 		switch me {
 		case l.From:
-			s := &sendLane{lane: l, depth: uint64(l.Depth), lay: ll, data: data,
+			s := &sendLane{lane: l, depth: uint64(l.Depth), bulks: uint64(ll.bulks), lay: ll, data: data,
 				pub: words.Slice(ll.pubIdx, ll.pubIdx+1), bell: r.bell,
 				ack: words.Slice(ll.ackIdx, ll.ackIdx+1), ackWord: &wl[ll.ackIdx],
 				ringBell: bell == bellAlways || (bell == bellShared && ll.inLanes > 1), next: 1, stage: make([]byte, ll.slotSize)}
 			r.out = append(r.out, s)
 			r.outTo[l.To] = s
 		case l.To:
-			rl := &recvLane{lane: l, depth: uint64(l.Depth), lay: ll, mode: mode,
+			rl := &recvLane{lane: l, depth: uint64(l.Depth), bulks: uint64(ll.bulks), lay: ll, mode: mode,
 				mem: data.Local(), pubWord: &wl[ll.pubIdx], pub: words.Slice(ll.pubIdx, ll.pubIdx+1),
 				ack: words.Slice(ll.ackIdx, ll.ackIdx+1), next: 1}
 			if mode == Raw {

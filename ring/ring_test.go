@@ -800,3 +800,123 @@ func TestCorkNext(t *testing.T) {
 		}
 	}
 }
+
+// TestFewerBulkAreas: a Safe ring made with fewer bulk areas than slots
+// (a Comm's) lets inline messages use every slot, while a bulk message
+// waits until the area's previous user, bulks messages back, is
+// acknowledged, even with slots free; no payload the receiver holds
+// unacknowledged is overwritten. Raw mode refuses such a ring.
+func TestFewerBulkAreas(t *testing.T) {
+	const depth, bulks, inline = 8, 3, 16
+	lanes := []Lane{{From: 0, To: 1, Depth: depth, Capacity: 200}}
+	isBulk := map[uint64]bool{1: true, 2: true, 3: true, 11: true}
+	data := func(seq uint64, bulk bool) []byte {
+		if bulk {
+			return bytes.Repeat([]byte{byte(seq)}, 150)
+		}
+		return []byte{byte(seq), 's'}
+	}
+	payload := func(seq uint64) []byte { return data(seq, isBulk[seq]) }
+	err := shmem.Run(2, func(pe *shmem.PE) error {
+		if _, err := newRingBell(pe, lanes, Raw, inline, bellShared, 0, bulks); !errors.Is(err, shmem.ErrInvalid) {
+			return fmt.Errorf("Raw ring with %d bulk areas: %v, want ErrInvalid", bulks, err)
+		}
+		r, err := newRingBell(pe, lanes, Safe, inline, bellShared, 0, bulks)
+		if err != nil {
+			return err
+		}
+		me := pe.MyPE()
+		// send tries message seq, bulk if asked, without waiting; the
+		// lane must take it when want is set and refuse it otherwise.
+		send := func(seq uint64, bulk, want bool) error {
+			got, sent, err := r.outTo[1].sendv(r, nil, data(seq, bulk), false)
+			if err != nil || sent != want || (sent && got != seq) {
+				return fmt.Errorf("message %d (bulk %v): sent %v as %d (%v), want sent %v", seq, bulk, sent, got, err, want)
+			}
+			return nil
+		}
+		// PE 1 holds held, unacknowledged: each must read as sent.
+		var held []Message
+		intact := func() error {
+			for _, m := range held {
+				if !bytes.Equal(m.Data, payload(m.Seq)) {
+					return fmt.Errorf("held message %d reads %v, want %v", m.Seq, m.Data[:2], payload(m.Seq)[:2])
+				}
+			}
+			return nil
+		}
+		poll := func(want int) error {
+			m, err := r.PollAppend(nil)
+			if err != nil || len(m) != want {
+				return fmt.Errorf("PE 1 polled %d messages (%v), want %d", len(m), err, want)
+			}
+			held = append(held, m...)
+			return intact()
+		}
+		ack := func(seq uint64) error {
+			for len(held) > 0 && held[0].Seq <= seq {
+				held = held[1:]
+			}
+			return r.Ack(0, seq)
+		}
+		phases := []struct{ send, recv func() error }{
+			{func() error { // no acks: bulk 1..3 take the three areas; bulk 4 waits for 1 with 5 slots free; inline 4..8 fill them
+				for seq := uint64(1); seq <= 3; seq++ {
+					if err := send(seq, true, true); err != nil {
+						return err
+					}
+				}
+				if err := send(4, true, false); err != nil {
+					return err
+				}
+				for seq := uint64(4); seq <= depth; seq++ {
+					if err := send(seq, false, true); err != nil {
+						return err
+					}
+				}
+				return send(depth+1, false, false)
+			}, func() error {
+				if err := poll(depth); err != nil {
+					return err
+				}
+				return ack(2)
+			}},
+			{func() error { // 1, 2 acknowledged: bulk 9 waits for 6 with 2 slots free; inline 9, 10 take them
+				if err := send(9, true, false); err != nil {
+					return err
+				}
+				if err := send(9, false, true); err != nil {
+					return err
+				}
+				if err := send(10, false, true); err != nil {
+					return err
+				}
+				return send(11, false, false)
+			}, func() error {
+				if err := poll(2); err != nil {
+					return err
+				}
+				return ack(8)
+			}},
+			{func() error { // up to 8 acknowledged: bulk 11 reuses area 1 (last bulk user 2)
+				return send(11, true, true)
+			}, func() error { return poll(1) }},
+		}
+		for _, ph := range phases {
+			for i, f := range []func() error{ph.send, ph.recv} {
+				if i == me {
+					if err := f(); err != nil {
+						return err
+					}
+				}
+				if err := pe.BarrierAll(); err != nil {
+					return err
+				}
+			}
+		}
+		return r.Close()
+	}, shmem.WithHeapSize(4<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+}
