@@ -16,15 +16,71 @@ import (
 // member in flatTo's order, then waits until every flag of its own lets
 // it go, and leaves. A store touches one word that one member writes and
 // one reads, and flags only grow, so stores are Local steps (they commute
-// with every other step and the property does not look at them).
+// with every other step and the property does not look at them). A
+// member's pc: 0 outside; s (1..n-1) to make store s; n waiting.
 
-const flatMax = 8
+// barrierMax bounds the teams the barrier explorers (this file's flat
+// one and gathersync_explore_test.go's gather) can hold.
+const barrierMax = 8
 
-type flatState struct {
-	pc   [flatMax]uint8 // 0: outside; s (1..n-1): to make store s; n: waiting
-	done [flatMax]uint8 // barriers completed
-	flag [flatMax][flatMax]uint8
+// A gathering team of gatherSyncMax members must fit barrierState.
+var _ [barrierMax - gatherSyncMax]struct{}
+
+// barrierState is a state of a barrier explorer: each member's step in
+// its barrier (what a step means is the explorer's own), the barriers it
+// completed, the flags (flag[i][k]: flag word k on member i; each word
+// has one writer), and the first violation seen.
+type barrierState struct {
+	pc   [barrierMax]uint8
+	done [barrierMax]uint8
+	flag [barrierMax][barrierMax]uint8
 	bad  string
+}
+
+// arrived says whether member j has entered barrier e in s.
+func (s *barrierState) arrived(j, e int) bool {
+	return int(s.done[j]) >= e || (int(s.done[j]) == e-1 && s.pc[j] > 0)
+}
+
+// leave marks member i of an n-member team as leaving barrier e in nx,
+// judged on s (the state before the step): every member must have
+// entered e.
+func (s *barrierState) leave(nx *barrierState, n, i, e int) {
+	nx.pc[i], nx.done[i] = 0, uint8(e)
+	for j := 0; j < n; j++ {
+		if j != i && !s.arrived(j, e) {
+			nx.bad = fmt.Sprintf("PE %d left barrier %d before PE %d entered it", i, e, j)
+			return
+		}
+	}
+}
+
+// exploreBarrier explores every interleaving of steps from the empty
+// state of an n-member team running episodes barriers in a row: no
+// violation recorded, and every member completes every barrier.
+func exploreBarrier(n, episodes int, steps func(barrierState) []explore.Step[barrierState]) (explore.Result, error) {
+	return explore.Explore(explore.Model[barrierState, barrierState]{
+		Key:   func(s barrierState) barrierState { return s },
+		Steps: steps,
+		Check: func(s barrierState) error {
+			if s.bad != "" {
+				return errors.New(s.bad)
+			}
+			return nil
+		},
+		Final: func(s barrierState) error {
+			for i := 0; i < n; i++ {
+				if int(s.done[i]) != episodes {
+					return fmt.Errorf("deadlock: PE %d is stuck in barrier %d (step %d)", i, s.done[i]+1, s.pc[i])
+				}
+			}
+			return nil
+		},
+		Show: func(s barrierState) string {
+			return fmt.Sprintf("barriers done %v, steps %v", s.done[:n], s.pc[:n])
+		},
+		CheckLocal: n <= 4,
+	}, explore.Bound{States: 30_000_000})
 }
 
 type flatModel struct {
@@ -33,15 +89,11 @@ type flatModel struct {
 	waiting func(n, me, from int, e uint64, flag func(j int) uint64) int
 }
 
-func (m *flatModel) arrived(s flatState, j, e int) bool {
-	return int(s.done[j]) >= e || (int(s.done[j]) == e-1 && s.pc[j] > 0)
-}
-
-func (m *flatModel) steps(s flatState) []explore.Step[flatState] {
+func (m *flatModel) steps(s barrierState) []explore.Step[barrierState] {
 	if s.bad != "" {
 		return nil
 	}
-	var out []explore.Step[flatState]
+	var out []explore.Step[barrierState]
 	for i := 0; i < m.n; i++ {
 		e := int(s.done[i]) + 1
 		if e > m.episodes {
@@ -65,43 +117,16 @@ func (m *flatModel) steps(s flatState) []explore.Step[flatState] {
 			if m.waiting(m.n, i, 0, uint64(e), func(j int) uint64 { return uint64(s.flag[i][j]) }) != m.n {
 				continue
 			}
-			nx.pc[i], nx.done[i] = 0, uint8(e)
 			label = fmt.Sprintf("PE %d leaves barrier %d", i, e)
-			for j := 0; j < m.n; j++ {
-				if j != i && !m.arrived(s, j, e) {
-					nx.bad = fmt.Sprintf("PE %d left barrier %d before PE %d entered it", i, e, j)
-					break
-				}
-			}
+			s.leave(&nx, m.n, i, e)
 		}
-		out = append(out, explore.Step[flatState]{Actor: i, Label: label, Next: nx, Local: local})
+		out = append(out, explore.Step[barrierState]{Actor: i, Label: label, Next: nx, Local: local})
 	}
 	return out
 }
 
 func (m *flatModel) explore() (explore.Result, error) {
-	return explore.Explore(explore.Model[flatState, flatState]{
-		Key:   func(s flatState) flatState { return s },
-		Steps: m.steps,
-		Check: func(s flatState) error {
-			if s.bad != "" {
-				return errors.New(s.bad)
-			}
-			return nil
-		},
-		Final: func(s flatState) error {
-			for i := 0; i < m.n; i++ {
-				if int(s.done[i]) != m.episodes {
-					return fmt.Errorf("deadlock: PE %d is stuck in barrier %d (step %d)", i, s.done[i]+1, s.pc[i])
-				}
-			}
-			return nil
-		},
-		Show: func(s flatState) string {
-			return fmt.Sprintf("barriers done %v, steps %v", s.done[:m.n], s.pc[:m.n])
-		},
-		CheckLocal: m.n <= 4,
-	}, explore.Bound{States: 30_000_000})
+	return exploreBarrier(m.n, m.episodes, m.steps)
 }
 
 // TestExploreFlatBarrier: every interleaving of flat teams of 2 to 5

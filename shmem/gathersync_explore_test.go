@@ -23,14 +23,9 @@ import (
 // commute with every other step and the property does not look at
 // them); the root's last store is its leaving step.
 
-const gatherMax = gatherSyncMax
-
-type gatherState struct {
-	pc   [gatherMax]uint8 // 0: outside; member: 1 to store, 2 waiting; root: 1 waiting, 1+j to release member j
-	done [gatherMax]uint8 // barriers completed
-	flag [gatherMax][gatherMax]uint8
-	bad  string
-}
+// A state is a barrierState (flatsync_explore_test.go). A member's pc:
+// 0 outside; 1 to store its gather flag, 2 waiting for its release. The
+// root's: 0 outside; 1 waiting; 1+j to release member j.
 
 type gatherModel struct {
 	n, episodes int
@@ -40,27 +35,11 @@ type gatherModel struct {
 	released func(flag, epoch uint64) bool
 }
 
-func (m *gatherModel) arrived(s gatherState, j, e int) bool {
-	return int(s.done[j]) >= e || (int(s.done[j]) == e-1 && s.pc[j] > 0)
-}
-
-// leave marks member i as leaving barrier e in nx, judged on s (the
-// state before the step): every member must have entered e.
-func (m *gatherModel) leave(s gatherState, nx *gatherState, i, e int) {
-	nx.pc[i], nx.done[i] = 0, uint8(e)
-	for j := 0; j < m.n; j++ {
-		if j != i && !m.arrived(s, j, e) {
-			nx.bad = fmt.Sprintf("PE %d left barrier %d before PE %d entered it", i, e, j)
-			return
-		}
-	}
-}
-
-func (m *gatherModel) steps(s gatherState) []explore.Step[gatherState] {
+func (m *gatherModel) steps(s barrierState) []explore.Step[barrierState] {
 	if s.bad != "" {
 		return nil
 	}
-	var out []explore.Step[gatherState]
+	var out []explore.Step[barrierState]
 	for i := 0; i < m.n; i++ {
 		e := int(s.done[i]) + 1
 		if e > m.episodes {
@@ -84,7 +63,7 @@ func (m *gatherModel) steps(s gatherState) []explore.Step[gatherState] {
 				continue
 			}
 			label = fmt.Sprintf("PE %d is released and leaves barrier %d", i, e)
-			m.leave(s, &nx, i, e)
+			s.leave(&nx, m.n, i, e)
 		case pc == 1:
 			if m.waiting(m.n, 1, uint64(e), func(j int) uint64 { return uint64(s.flag[0][gatherFlag(j)]) }) != m.n {
 				continue
@@ -98,40 +77,19 @@ func (m *gatherModel) steps(s gatherState) []explore.Step[gatherState] {
 			label = fmt.Sprintf("the root stores %d into PE %d's release flag", e, j)
 			if j == m.n-1 {
 				label += fmt.Sprintf(" and leaves barrier %d", e)
-				m.leave(s, &nx, 0, e)
+				s.leave(&nx, m.n, 0, e)
 			} else {
 				nx.pc[0]++
 				local = true
 			}
 		}
-		out = append(out, explore.Step[gatherState]{Actor: i, Label: label, Next: nx, Local: local})
+		out = append(out, explore.Step[barrierState]{Actor: i, Label: label, Next: nx, Local: local})
 	}
 	return out
 }
 
 func (m *gatherModel) explore() (explore.Result, error) {
-	return explore.Explore(explore.Model[gatherState, gatherState]{
-		Key:   func(s gatherState) gatherState { return s },
-		Steps: m.steps,
-		Check: func(s gatherState) error {
-			if s.bad != "" {
-				return errors.New(s.bad)
-			}
-			return nil
-		},
-		Final: func(s gatherState) error {
-			for i := 0; i < m.n; i++ {
-				if int(s.done[i]) != m.episodes {
-					return fmt.Errorf("deadlock: PE %d is stuck in barrier %d (step %d)", i, s.done[i]+1, s.pc[i])
-				}
-			}
-			return nil
-		},
-		Show: func(s gatherState) string {
-			return fmt.Sprintf("barriers done %v, steps %v", s.done[:m.n], s.pc[:m.n])
-		},
-		CheckLocal: m.n <= 4,
-	}, explore.Bound{States: 30_000_000})
+	return exploreBarrier(m.n, m.episodes, m.steps)
 }
 
 // TestExploreGatherBarrier: every interleaving of gathering teams of 3
