@@ -28,10 +28,10 @@ type sendLane struct {
 	ringBell bool // To has more than one incoming lane: Recv there sleeps on the doorbell
 	// cork: To is on another host, and a message of up to corkMax bytes
 	// sent with no wait for a message since the lane's previous one
-	// (waits where it was at the previous message) is published with a Put and an AtomicSet rather
-	// than a PutSignal, so that it waits in the link's send queue for
-	// company (see publish). Set by a Comm for its lanes to remote PEs,
-	// waits pointing at the Comm's count of waits.
+	// (*waits still equal to lastWaits) is published with a Put and an
+	// AtomicSet rather than a PutSignal, so that it waits in the link's
+	// send queue for company (see publish). Set by a Comm for its lanes
+	// to remote PEs, waits pointing at the Comm's count of waits.
 	cork      bool
 	waits     *atomic.Uint64
 	lastWaits uint64 // *waits at the previous message
@@ -201,8 +201,8 @@ const corkMax = 2 << 10
 // message), with this PE's next wait (shmem's waits over TCP begin with
 // netmesh's Mesh.Push), or after netmesh's corkDelay. So a window of
 // eager Sends leaves in a few writes, not one each, while a message
-// sent after a wait (the reply of a ping-pong, the first of a window)
-// (a receive's wait) is written at once, as before.
+// sent after a receive's wait (the reply of a ping-pong, the first of a
+// window) is written at once, as before.
 func (l *sendLane) publish(dst shmem.Sym[byte], src []byte, seq uint64, n int) error {
 	if !l.corkNext(n) {
 		return shmem.PutSignal(dst, src, l.pub, seq, shmem.SignalSet, l.lane.To)
