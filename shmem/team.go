@@ -351,14 +351,11 @@ func gatherFlag(j int) int { return j }
 
 // gatherWaiting is the first member j >= from (from >= 1) whose gather
 // flag (flag(j)) does not yet let the root leave barrier e's gather; n
-// when every one does.
+// when every one does. The gather flags are laid out as the flat
+// barrier's (flag j on the root is stored only by member j), so this is
+// flatWaiting's rule for member 0.
 func gatherWaiting(n, from int, e uint64, flag func(j int) uint64) int {
-	for j := max(from, 1); j < n; j++ {
-		if !syncReached(flag(j), e) {
-			return j
-		}
-	}
-	return n
+	return flatWaiting(n, 0, max(from, 1), e, flag)
 }
 
 // goneErr turns the error of a barrier signal to a remote peer that
