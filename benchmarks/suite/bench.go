@@ -25,7 +25,7 @@ type B struct {
 
 	buf   shmem.Sym[byte]   // payload: cfg.MaxSize() bytes, then one slot per PE for the rate suites
 	words shmem.Sym[uint64] // synchronisation words, one per 128-byte stretch (w* indices)
-	xch   shmem.Sym[int64]  // PE 0's gather slots (3 per PE) and the broadcast slot of every PE
+	xch   shmem.Sym[int64]  // PE 0's gather slots (3 per PE), then every PE's broadcast slot (3*npes) and TCP port slot (tcpPortSlot)
 
 	src, dst []byte // local Go buffers of cfg.MaxSize() bytes
 

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/goshmem/goshmem/shmem"
 )
 
 // tcpLink is a loopback TCP connection between PEs 0 and 1, opened
@@ -26,52 +24,25 @@ type tcpLink struct {
 
 // link opens the connection the first time a TCP limit is built. Every
 // PE calls it (limits are built on every PE, in the same order) because
-// it meets all PEs once; PEs other than 0 and 1 get nil. An error is
-// kept and returned by every later call, so that the limit's run
+// it meets all PEs (connect); PEs other than 0 and 1 get nil. An error
+// is kept and returned by every later call, so that the limit's run
 // reports it.
 func (b *B) link() (*tcpLink, error) {
 	if b.linked {
 		return b.tcp, b.tcpErr
 	}
 	b.linked = true
-	var ln *net.TCPListener
-	port := int64(-1) // PE 1 could not listen
-	if b.rank == 1 {
-		l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			b.tcpErr = fmt.Errorf("goshbench: PE 1 listening for the TCP limits: %w", err)
-		} else {
-			ln = l
-			defer ln.Close()
-			port = int64(ln.Addr().(*net.TCPAddr).Port)
-		}
-		// PE 1 tells PE 0 the port through PE 0's broadcast slot.
-		if err := shmem.P(b.xch, 3*b.npes, port, 0); err != nil {
-			return nil, err
-		}
-	}
-	if err := b.sync(); err != nil {
+	c, err := b.connect("the TCP limits", []tcpEdge{{dial: 0, listen: 1}})
+	if err != nil {
+		b.tcpErr = err
 		return nil, err
 	}
-	if b.rank > 1 || (b.rank == 1 && ln == nil) {
-		return nil, b.tcpErr
+	if b.rank > 1 {
+		return nil, nil
 	}
-	l := &tcpLink{buf: make([]byte, max(tcpStreamSize, b.cfg.MaxSize()))}
-	var err error
-	if b.rank == 0 {
-		port = b.xch.Local()[3*b.npes]
-		if port < 0 {
-			b.tcpErr = fmt.Errorf("goshbench: PE 1 could not listen for the TCP limits")
-			return nil, b.tcpErr
-		}
-		l.conn, err = net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), b.cfg.Timeout)
-	} else {
-		ln.SetDeadline(time.Now().Add(b.cfg.Timeout))
-		l.conn, err = ln.Accept()
-	}
-	if err != nil {
-		b.tcpErr = fmt.Errorf("goshbench: PE %d opening the TCP limit connection: %w", b.rank, err)
-		return nil, b.tcpErr
+	l := &tcpLink{conn: c.out[1], buf: make([]byte, max(tcpStreamSize, b.cfg.MaxSize()))}
+	if b.rank == 1 {
+		l.conn = c.in[0]
 	}
 	b.tcp = l
 	return l, nil

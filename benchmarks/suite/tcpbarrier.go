@@ -1,15 +1,12 @@
 package suite
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"syscall"
 	"time"
 	"unsafe"
-
-	"github.com/goshmem/goshmem/shmem"
 )
 
 // limTCPBarrier is the TCP limit of a barrier of 3 or more PEs: the same
@@ -41,77 +38,26 @@ type tcpStar struct {
 	fds   []int // the connections' descriptors, for raw reads (valid while conns are open)
 }
 
-// starXchSlot is the xch slot through which PE 0 tells every PE its port.
-func (b *B) starXchSlot() int { return 3*b.npes + 2 }
-
 // starLink opens the connections the first time the limit is built
-// (every PE builds limits in the same order, and this meets all PEs). An
-// error is returned by every later run.
+// (every PE builds limits in the same order, and this meets all PEs:
+// connect). An error is kept and returned by every later call.
 func (b *B) starLink() (*tcpStar, error) {
 	if b.starred {
 		return b.star, b.starErr
 	}
 	b.starred = true
-	var ln *net.TCPListener
-	if b.rank == 0 {
-		port := int64(-1)
-		l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			b.starErr = fmt.Errorf("goshbench: PE 0 listening for the %s limit: %w", limTCPBarrier, err)
-		} else {
-			ln = l
-			defer ln.Close()
-			port = int64(ln.Addr().(*net.TCPAddr).Port)
-		}
-		for r := 1; r < b.npes; r++ {
-			if err := shmem.P(b.xch, b.starXchSlot(), port, r); err != nil {
-				return nil, err
-			}
-		}
+	edges := make([]tcpEdge, 0, b.npes-1)
+	for r := 1; r < b.npes; r++ {
+		edges = append(edges, tcpEdge{dial: r, listen: 0})
 	}
-	if err := b.sync(); err != nil {
+	c, err := b.connect("the "+limTCPBarrier+" limit", edges)
+	if err != nil {
+		b.starErr = err
 		return nil, err
 	}
-	s := &tcpStar{conns: make([]net.Conn, b.npes), fds: make([]int, b.npes)}
-	if b.rank == 0 {
-		if ln == nil {
-			return nil, b.starErr
-		}
-		ln.SetDeadline(time.Now().Add(b.cfg.Timeout))
-		for range b.npes - 1 {
-			c, err := ln.Accept()
-			var who [8]byte
-			if err == nil {
-				c.SetDeadline(time.Now().Add(b.cfg.Timeout))
-				_, err = io.ReadFull(c, who[:])
-			}
-			r := int(binary.LittleEndian.Uint64(who[:]))
-			if err == nil && (r < 1 || r >= b.npes || s.conns[r] != nil) {
-				err = fmt.Errorf("a connection that says it is PE %d", r)
-			}
-			if err != nil {
-				b.starErr = fmt.Errorf("goshbench: PE 0 opening the %s limit: %w", limTCPBarrier, err)
-				return nil, b.starErr
-			}
-			s.conns[r] = c
-		}
-	} else {
-		port := b.xch.Local()[b.starXchSlot()]
-		if port < 0 {
-			b.starErr = fmt.Errorf("goshbench: PE 0 could not listen for the %s limit", limTCPBarrier)
-			return nil, b.starErr
-		}
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), b.cfg.Timeout)
-		if err == nil {
-			var who [8]byte
-			binary.LittleEndian.PutUint64(who[:], uint64(b.rank))
-			_, err = c.Write(who[:])
-		}
-		if err != nil {
-			b.starErr = fmt.Errorf("goshbench: PE %d opening the %s limit: %w", b.rank, limTCPBarrier, err)
-			return nil, b.starErr
-		}
-		s.conns[0] = c
+	s := &tcpStar{conns: c.in, fds: make([]int, b.npes)}
+	if b.rank != 0 {
+		s.conns = c.out
 	}
 	for r, c := range s.conns {
 		if c == nil {

@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"time"
-
-	"github.com/goshmem/goshmem/shmem"
 )
 
 // limTCPRing is the TCP limit of an AllReduce: every PE streams the
@@ -25,8 +22,9 @@ type tcpRingLink struct {
 }
 
 // ringLink opens the ring the first time the limit is built (every PE
-// builds limits in the same order, and this meets all PEs). An error is
-// returned by every later run.
+// builds limits in the same order, and this meets all PEs: connect),
+// each PE dialing its right-hand neighbour. An error is kept and
+// returned by every later call.
 func (b *B) ringLink(bytes int) (*tcpRingLink, error) {
 	if b.ringed {
 		if b.ring != nil && len(b.ring.out) < bytes {
@@ -35,49 +33,18 @@ func (b *B) ringLink(bytes int) (*tcpRingLink, error) {
 		return b.ring, b.ringErr
 	}
 	b.ringed = true
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	port := int64(-1)
-	if err == nil {
-		defer ln.Close()
-		port = int64(ln.Addr().(*net.TCPAddr).Port)
+	edges := make([]tcpEdge, b.npes)
+	for r := range edges {
+		edges[r] = tcpEdge{dial: r, listen: (r + 1) % b.npes}
 	}
-	// Tell the left-hand neighbour, which dials this PE, the port.
-	left := (b.rank + b.npes - 1) % b.npes
-	if perr := shmem.P(b.xch, 3*b.npes+1, port, left); perr != nil {
-		return nil, perr
-	}
-	if serr := b.sync(); serr != nil {
-		return nil, serr
-	}
+	c, err := b.connect("the "+limTCPRing+" limit", edges)
 	if err != nil {
-		b.ringErr = fmt.Errorf("goshbench: PE %d listening for the tcp-ring limit: %w", b.rank, err)
-		return nil, b.ringErr
+		b.ringErr = err
+		return nil, err
 	}
-	rport := b.xch.Local()[3*b.npes+1]
-	if rport < 0 {
-		b.ringErr = fmt.Errorf("goshbench: PE %d's right-hand neighbour could not listen for the tcp-ring limit", b.rank)
-		return nil, b.ringErr
-	}
-	l := &tcpRingLink{out: make([]byte, bytes), in: make([]byte, bytes)}
-	var aerr error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		ln.SetDeadline(time.Now().Add(b.cfg.Timeout))
-		l.left, aerr = ln.Accept()
-	}()
-	l.right, err = net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", rport), b.cfg.Timeout)
-	wg.Wait()
-	if err == nil {
-		err = aerr
-	}
-	if err != nil {
-		b.ringErr = fmt.Errorf("goshbench: PE %d opening the tcp-ring limit: %w", b.rank, err)
-		return nil, b.ringErr
-	}
-	b.ring = l
-	return l, nil
+	right, left := (b.rank+1)%b.npes, (b.rank+b.npes-1)%b.npes
+	b.ring = &tcpRingLink{right: c.out[right], left: c.in[left], out: make([]byte, bytes), in: make([]byte, bytes)}
+	return b.ring, nil
 }
 
 // tcpRing is the tcp-ring limit for an AllReduce of size bytes.
