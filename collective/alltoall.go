@@ -42,8 +42,14 @@ func allToAll[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], dstStride, src
 		c.fail(fmt.Errorf("collective: %v: %w", c.what, shmem.ErrInvalid))
 	}
 	if c.local == nil {
-		c.fail(stridedLen(src, n*c.n, srcStride, "src", c.what))
-		c.fail(stridedLen(dst, n*c.n, dstStride, "dst", c.what))
+		// n*NPEs is checked before it is used: a product that wrapped
+		// round would pass the length checks and index past the buffers.
+		cnt, err := product(n, c.n, c.what)
+		c.fail(err)
+		if err == nil {
+			c.fail(stridedLen(src, cnt, srcStride, "src", c.what))
+			c.fail(stridedLen(dst, cnt, dstStride, "dst", c.what))
+		}
 	}
 	if c.local == nil && overlaps(dst, src) {
 		c.fail(fmt.Errorf("collective: %v: dst and src overlap: %w", c.what, shmem.ErrInvalid))

@@ -2,6 +2,7 @@ package collective
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/goshmem/goshmem/shmem"
 )
@@ -24,6 +25,16 @@ func lenCheck[T shmem.Elem](s shmem.Sym[T], want int, name string, why info) err
 		return fmt.Errorf("collective: %s has %d elements, %v needs %d: %w", name, s.Len(), why, want, shmem.ErrOutOfBounds)
 	}
 	return nil
+}
+
+// product is n*m for a count n and a team size m (both at least 0), or
+// ErrOutOfBounds when the product does not fit an int: no buffer could
+// hold it.
+func product(n, m int, what info) (int, error) {
+	if m > 0 && n > math.MaxInt/m {
+		return 0, fmt.Errorf("collective: %v on a %d-PE team: %d×%d elements do not fit an int: %w", what, m, n, m, shmem.ErrOutOfBounds)
+	}
+	return n * m, nil
 }
 
 // overlaps reports whether a and b share an element on this PE.

@@ -21,7 +21,9 @@ func FCollect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T]) (err error) {
 	c.what = info{name: "FCollect", k: k, n: n, per: "per PE", root: -1}
 	c.fail(symCheck(&c, src, "src"))
 	c.fail(symCheck(&c, dst, "dst"))
-	c.fail(lenCheck(dst, n*c.n, "dst", c.what))
+	need, perr := product(n, c.n, c.what)
+	c.fail(perr)
+	c.fail(lenCheck(dst, need, "dst", c.what))
 	if c.local == nil && overlaps(dst, src) {
 		c.fail(fmt.Errorf("collective: %v: dst and src overlap: %w", c.what, shmem.ErrInvalid))
 	}
@@ -87,6 +89,9 @@ func Collect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], n int) (total i
 		c.fail(fmt.Errorf("collective: %v: a negative count: %w", c.what, shmem.ErrInvalid))
 	}
 	c.fail(lenCheck(src, n, "src", c.what))
+	if n > collectMax(c.n) {
+		c.fail(fmt.Errorf("collective: %v on a %d-PE team: counts above %d do not fit the header's sum: %w", c.what, c.n, collectMax(c.n), shmem.ErrOutOfBounds))
+	}
 	if c.local == nil && overlaps(dst, src) {
 		c.fail(fmt.Errorf("collective: %v: dst and src overlap: %w", c.what, shmem.ErrInvalid))
 	}
@@ -170,6 +175,12 @@ func Collect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], n int) (total i
 // countBits is the width of the count in a Collect header's sum; the
 // bits above count the members whose block did not ride in the message.
 const countBits = 48
+
+// collectMax is the largest count a member of an np-member team may give
+// Collect: np of them sum to less than 2^countBits, so the sum of the
+// counts never carries into the bits above (on a 2-PE team, 2^47-1
+// elements; on the largest team, 2^33).
+func collectMax(np int) int { return (1<<countBits - 1) / np }
 
 // pushAll puts v into dst[off:off+len(v)] on every member, this one
 // included, starting with the right-hand neighbour so that no member is

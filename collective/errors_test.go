@@ -3,6 +3,7 @@ package collective
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -133,12 +134,29 @@ var errCases = []errCase{
 	{"AllToAllS huge stride", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
 		return AllToAllS(t, b.dst, b.src, 1, 1<<62, 2)
 	}},
+	{"AllToAll count whose n×NPEs wraps", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return AllToAll(t, b.dst, b.src, wrapCount(t.NPEs()))
+	}},
+	{"AllToAllS count whose n×NPEs wraps", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return AllToAllS(t, b.dst, b.src, 1, 1, wrapCount(t.NPEs()))
+	}},
 	{"a freed-range slice", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
 		return AllReduce(t, b.dst.Slice(0, 4), b.src.Slice(5, 2), Sum)
 	}},
 	{"a zero Sym", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
 		return InScan(t, shmem.Sym[float64]{}, b.src.Slice(0, 4), Sum)
 	}},
+}
+
+// wrapCount is the smallest count n for which n*np overflows an int and
+// wraps round to a small number (below np; 0 when np is a power of two),
+// so that a size check done with the product would pass. A 1- or 2-PE
+// team has none: there it is math.MaxInt.
+func wrapCount(np int) int {
+	if np <= 2 {
+		return math.MaxInt
+	}
+	return int(math.MaxUint64/uint64(np) + 1)
 }
 
 var _ = register("errors", func(pe *shmem.PE) error {
@@ -190,6 +208,21 @@ var _ = register("errors", func(pe *shmem.PE) error {
 	}
 	return nil
 })
+
+// Collect's counts, each at most collectMax, sum below 2^countBits on
+// every team size, so the sum never carries into the header's count of
+// members whose block did not ride along; one more element could.
+func TestCollectMax(t *testing.T) {
+	for np := 1; np < 1<<(maxRounds+1); np++ {
+		m := uint64(collectMax(np))
+		if m*uint64(np) >= 1<<countBits {
+			t.Fatalf("%d members of count %d sum to %d, past 2^%d", np, m, m*uint64(np), countBits)
+		}
+		if (m+1)*uint64(np) < 1<<countBits {
+			t.Fatalf("%d members: the limit %d is lower than it needs to be", np, m)
+		}
+	}
+}
 
 func TestErrors(t *testing.T) {
 	each(t, "errors", []route{goroutines}, nil, 1, 2, 3, 5, 10)
