@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,6 +143,118 @@ var errCases = []errCase{
 	{"AllToAllS count whose n×NPEs wraps", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
 		return AllToAllS(t, b.dst, b.src, 1, 1, wrapCount(t.NPEs()))
 	}},
+	{"one member's AllToAll dst too small", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		d := b.dst.Slice(0, 2*t.NPEs())
+		if me == t.NPEs()-1 {
+			d = b.dst.Slice(0, 2*t.NPEs()-1)
+		}
+		return AllToAll(t, d, b.src, 2)
+	}},
+	{"one member's AllToAllS dst too small for its stride", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		d := b.dst.Slice(0, (2*t.NPEs()-1)*3+1)
+		if me == 0 {
+			d = b.dst.Slice(0, (2*t.NPEs()-1)*3)
+		}
+		return AllToAllS(t, d, b.src, 3, 1, 2)
+	}},
+	{"AllToAll dst overlapping src", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		// Both inside dst, so that any write at all is seen.
+		return AllToAll(t, b.dst.Slice(t.NPEs(), 3*t.NPEs()), b.dst.Slice(0, 2*t.NPEs()), 2)
+	}},
+	{"AllToAll in place", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return AllToAll(t, b.dst.Slice(0, 2*t.NPEs()), b.dst.Slice(0, 2*t.NPEs()), 2)
+	}},
+	{"AllToAll negative count", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return AllToAll(t, b.dst, b.src, -1)
+	}},
+	{"one member's negative AllToAll count", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		n := 2
+		if me == t.NPEs()-1 {
+			n = -2
+		}
+		return AllToAll(t, b.dst, b.src, n)
+	}},
+	{"Collect dst overlapping src", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		_, err := Collect(t, b.dst.Slice(2, 2+2*t.NPEs()), b.dst.Slice(0, 4), 2)
+		return err
+	}},
+	{"one member's Collect dst overlapping its src", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		d := b.dst.Slice(8, 8+2*t.NPEs())
+		if me == 0 {
+			d = b.dst.Slice(0, 2*t.NPEs()) // same offset as src
+		}
+		_, err := Collect(t, d, b.dst.Slice(0, 2), 2)
+		return err
+	}},
+	{"the Reduce root's dst too small", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		root := t.NPEs() - 1
+		d := b.dst.Slice(0, 4)
+		if me == root {
+			d = b.dst.Slice(0, 3)
+		}
+		return Reduce(t, d, b.src.Slice(0, 4), Sum, root)
+	}},
+	{"one non-root's large Reduce dst too small", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		// Across hosts the good non-roots save their dst for the Reduce
+		// ring before the entry exchange refuses the call.
+		d := b.dst.Slice(0, 60)
+		if me == t.NPEs()-1 {
+			d = b.dst.Slice(0, 59)
+		}
+		return Reduce(t, d, b.src.Slice(0, 60), Sum, 0)
+	}},
+	{"one member's bad op in a large Reduce", nil, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		op := Max
+		if me == t.NPEs()-1 {
+			op = Or
+		}
+		return Reduce(t, b.dst.Slice(0, 60), b.src.Slice(0, 60), op, 0)
+	}},
+	{"the root's bad op in a large Reduce", nil, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		op := Sum
+		if me == 0 {
+			op = Xor
+		}
+		return Reduce(t, b.dst.Slice(0, 60), b.src.Slice(0, 60), op, 0)
+	}},
+	{"InScan dst too small", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return InScan(t, b.dst.Slice(0, 3), b.src.Slice(0, 4), Sum)
+	}},
+	{"one member's large ExScan dst too small", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		d := b.dst.Slice(0, 60)
+		if me == t.NPEs()-1 {
+			d = b.dst.Slice(0, 30)
+		}
+		return ExScan(t, d, b.src.Slice(0, 60), Prod)
+	}},
+	{"a negative Reduce root", shmem.ErrBadPE, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return Reduce(t, b.dst.Slice(0, 4), b.src.Slice(0, 4), Sum, -1)
+	}},
+	{"one member's negative large Reduce root", shmem.ErrBadPE, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		root := 0
+		if me == t.NPEs()-1 {
+			root = -3
+		}
+		return Reduce(t, b.dst.Slice(0, 60), b.src.Slice(0, 60), Sum, root)
+	}},
+	{"different element types", shmem.ErrAsymmetric, true, func(t *shmem.Team, b bufs[float64], bc bufs[complex128], me int) error {
+		if me == 0 {
+			return AllReduce(t, bc.dst.Slice(0, 4), bc.src.Slice(0, 4), Sum)
+		}
+		return AllReduce(t, b.dst.Slice(0, 4), b.src.Slice(0, 4), Sum)
+	}},
+	{"different element types of the same byte size", shmem.ErrAsymmetric, true, func(t *shmem.Team, b bufs[float64], bc bufs[complex128], me int) error {
+		if me == t.NPEs()-1 {
+			return Broadcast(t, bc.dst.Slice(0, 2), bc.src.Slice(0, 2), 0)
+		}
+		return Broadcast(t, b.dst.Slice(0, 4), b.src.Slice(0, 4), 0)
+	}},
+	{"different element types, large", shmem.ErrAsymmetric, true, func(t *shmem.Team, b bufs[float64], bc bufs[complex128], me int) error {
+		if me%2 == 1 {
+			return InScan(t, bc.dst.Slice(0, 60), bc.src.Slice(0, 60), Prod)
+		}
+		return InScan(t, b.dst.Slice(0, 60), b.src.Slice(0, 60), Prod)
+	}},
 	{"a freed-range slice", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
 		return AllReduce(t, b.dst.Slice(0, 4), b.src.Slice(5, 2), Sum)
 	}},
@@ -185,6 +300,7 @@ var _ = register("errors", func(pe *shmem.PE) error {
 				continue
 			}
 			fill(b.dst.Local(), sentinel[float64]())
+			fill(bc.dst.Local(), sentinel[complex128]())
 			err := c.call(t, b, bc, me)
 			want := c.want
 			if want == nil { // the member at fault: ErrInvalid; the others: ErrInvalid too
@@ -196,6 +312,9 @@ var _ = register("errors", func(pe *shmem.PE) error {
 			if err := untouched(b.dst.Local(), 0, 64); err != nil {
 				return fmt.Errorf("team %d, %s: %w", ti, c.name, err)
 			}
+			if err := untouched(bc.dst.Local(), 0, 64); err != nil {
+				return fmt.Errorf("team %d, %s: complex128 dst: %w", ti, c.name, err)
+			}
 			// The team still works.
 			salt := 1000 + i
 			if err := checkReduce(t, b, 5, Sum, -1, false, salt); err != nil {
@@ -203,6 +322,11 @@ var _ = register("errors", func(pe *shmem.PE) error {
 			}
 			if err := checkBroadcast(t, b, 50, i%t.NPEs(), false, salt); err != nil {
 				return fmt.Errorf("team %d, Broadcast after %s: %w", ti, c.name, err)
+			}
+			// A large Reduce: across hosts the Reduce ring, whose saved
+			// dst and gather word a refused call must leave as they were.
+			if err := checkReduce(t, b, 60, Max, (i+1)%t.NPEs(), false, salt); err != nil {
+				return fmt.Errorf("team %d, large Reduce after %s: %w", ti, c.name, err)
 			}
 		}
 	}
@@ -230,21 +354,98 @@ func TestErrors(t *testing.T) {
 }
 
 // A bad GOSHMEM_COLLECTIVE_ALGO fails every call on every member with a
-// message naming the variable.
+// message naming the variable, and writes no dst; once the variable is
+// good again, the same team works.
 var _ = register("bad-env", func(pe *shmem.PE) error {
-	b, err := newBufs[int64](pe, 8)
+	b, err := newBufs[int64](pe, 64)
 	if err != nil {
 		return err
 	}
-	err = AllReduce(pe.World(), b.dst, b.src, Sum)
-	if !errors.Is(err, shmem.ErrInvalid) {
+	t := pe.World()
+	fill(b.dst.Local(), sentinel[int64]())
+	err = AllReduce(t, b.dst.Slice(0, 8), b.src.Slice(0, 8), Sum)
+	if !errors.Is(err, shmem.ErrInvalid) || !strings.Contains(err.Error(), envAlgo) {
 		return fmt.Errorf("AllReduce with a bad %s: %v", envAlgo, err)
+	}
+	err = AllToAll(t, b.dst, b.src, 2)
+	if !errors.Is(err, shmem.ErrInvalid) {
+		return fmt.Errorf("AllToAll with a bad %s: %v", envAlgo, err)
+	}
+	if err := untouched(b.dst.Local(), 0, 64); err != nil {
+		return fmt.Errorf("with a bad %s: %w", envAlgo, err)
+	}
+	// Every member has read the variable for both calls before any
+	// returned from the second (its entry exchange waits for all), so
+	// goroutine PEs, which share the environment, may set it now: each
+	// writes the same value before its own next call.
+	if err := os.Setenv(envAlgo, "auto"); err != nil {
+		return err
+	}
+	if err := checkReduce(t, b, 8, Sum, -1, false, 1); err != nil {
+		return fmt.Errorf("AllReduce after a bad %s: %w", envAlgo, err)
+	}
+	if err := checkBroadcast(t, b, 40, t.NPEs()-1, false, 2); err != nil {
+		return fmt.Errorf("Broadcast after a bad %s: %w", envAlgo, err)
+	}
+	if err := checkAllToAll(t, b, 2, 1, 1, 3); err != nil {
+		return fmt.Errorf("AllToAll after a bad %s: %w", envAlgo, err)
 	}
 	return nil
 })
 
 func TestBadAlgorithmEnv(t *testing.T) {
 	each(t, "bad-env", []route{goroutines, processes}, []string{envAlgo + "=fastest"}, 1, 3)
+}
+
+// A handle of another PE, as dst or as src: ErrInvalid on every member,
+// nothing written into either PE's dst, and the team still works. Only
+// goroutine PEs (on one host or on pretend hosts) can hold another PE's
+// handle, so this is not a scenario.
+func TestForeignHandle(t *testing.T) {
+	for _, hosts := range [][]string{nil, {"a", "b", "c"}} {
+		var mu sync.Mutex // guards hs
+		hs := make([]bufs[float64], 3)
+		err := shmem.Run(3, func(pe *shmem.PE) error {
+			b, err := newBufs[float64](pe, 64)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			hs[pe.MyPE()] = b
+			mu.Unlock()
+			if err := Barrier(pe.World()); err != nil {
+				return err
+			}
+			mu.Lock()
+			other := hs[(pe.MyPE()+1)%3]
+			mu.Unlock()
+			w := pe.World()
+			for i, name := range []string{"dst", "src"} {
+				dst, src := b.dst.Slice(0, 4), b.src.Slice(0, 4)
+				if pe.MyPE() == 2-i {
+					if name == "dst" {
+						dst = other.dst.Slice(0, 4)
+					} else {
+						src = other.src.Slice(0, 4)
+					}
+				}
+				fill(b.dst.Local(), sentinel[float64]())
+				if err := AllReduce(w, dst, src, Sum); !errors.Is(err, shmem.ErrInvalid) {
+					return fmt.Errorf("PE %d: AllReduce where PE %d passes another PE's %s: %v, want ErrInvalid", pe.MyPE(), 2-i, name, err)
+				}
+				if err := untouched(b.dst.Local(), 0, 64); err != nil {
+					return fmt.Errorf("PE %d: after a %s of another PE: %w", pe.MyPE(), name, err)
+				}
+				if err := checkReduce(w, b, 4, Sum, -1, false, i); err != nil {
+					return fmt.Errorf("PE %d: AllReduce after a %s of another PE: %w", pe.MyPE(), name, err)
+				}
+			}
+			return nil
+		}, shmem.WithTimeout(30*time.Second), shmem.WithHosts(hosts))
+		if err != nil {
+			t.Fatalf("hosts %v: %v", hosts, err)
+		}
+	}
 }
 
 // A member that dies mid-job makes the others' collectives end with
