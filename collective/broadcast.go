@@ -8,8 +8,9 @@ import (
 
 // Broadcast copies src of member root into dst on every member of t,
 // the root included: src.Len() elements, which must be the same on every
-// member, into a dst at least as long. Only the root's src is read. dst
-// and src may be the same object.
+// member, into a dst at least as long. Only the root's src is read. In
+// place, dst and src start at the same element; any other overlap of
+// dst[0:src.Len()] with src is ErrInvalid on every member.
 func Broadcast[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], root int) (err error) {
 	var c call
 	if err := c.begin(t); err != nil {
@@ -25,6 +26,7 @@ func Broadcast[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], root int) (er
 		c.fail(fmt.Errorf("collective: %v of a %d-PE team: %w", c.what, c.n, shmem.ErrBadPE))
 	}
 	c.fail(lenCheck(dst, n, "dst", c.what))
+	c.fail(aliasCheck(dst, src, n, c.what))
 	c.desc = digest(collBroadcast, uint64(k), uint64(n), uint64(root), uint64(c.algo), dst.Offset(), src.Offset())
 	if c.local != nil {
 		_, err := c.sync()

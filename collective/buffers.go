@@ -37,6 +37,23 @@ func product(n, m int, what info) (int, error) {
 	return n * m, nil
 }
 
+// aliasCheck refuses a dst whose first n elements, the ones the call
+// writes, share some elements with src without being src itself: the
+// call is either in place (dst and src start at the same element) or
+// writes no element of src. The algorithms that read src while writing
+// dst in place rely on element i of both being one element; with any
+// other overlap one member's writes would change what another reads.
+func aliasCheck[T shmem.Elem](dst, src shmem.Sym[T], n int, what info) error {
+	if dst.Offset() == src.Offset() || n > dst.Len() {
+		return nil // in place; a short dst is lenCheck's
+	}
+	if overlaps(dst.Slice(0, n), src) {
+		return fmt.Errorf("collective: %v: dst (at byte %d) partly overlaps src (at byte %d); in place, dst and src start at the same element: %w",
+			what, dst.Offset(), src.Offset(), shmem.ErrInvalid)
+	}
+	return nil
+}
+
 // overlaps reports whether a and b share an element on this PE.
 func overlaps[T shmem.Elem](a, b shmem.Sym[T]) bool {
 	sz := uint64(sizeOf[T]())

@@ -16,8 +16,11 @@
 // Buffer ownership is stronger than OpenSHMEM's: a collective reads a
 // PE's src and writes its dst only while that PE is inside the same
 // call. A PE may read its result, refill src and call the next
-// collective at once, with no barrier in between. dst and src may be
-// the same object for Broadcast, Reduce, AllReduce, InScan and ExScan.
+// collective at once, with no barrier in between. Broadcast, Reduce,
+// AllReduce, InScan and ExScan may run in place: dst and src starting at
+// the same element (dst may be longer; the rest is left alone). Any other
+// overlap of src with the elements the call writes, dst[0:src.Len()], is
+// refused with ErrInvalid.
 //
 // Small vectors (up to the payload of one scratch message: 216 bytes
 // on 2-PE teams, 88 on 4, 24 on 8) go through each team's reserved

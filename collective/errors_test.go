@@ -255,6 +255,41 @@ var errCases = []errCase{
 		}
 		return InScan(t, b.dst.Slice(0, 60), b.src.Slice(0, 60), Prod)
 	}},
+	// dst and src partly overlapping (sharing elements, not the same
+	// first element): refused on every path, small (the scratch) and
+	// large (direct, ring and pushing algorithms). Both lie in dst, so
+	// that any write at all is seen.
+	{"AllReduce dst partly overlapping src", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return AllReduce(t, b.dst.Slice(1, 5), b.dst.Slice(0, 4), Sum)
+	}},
+	{"large AllReduce dst partly overlapping src", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return AllReduce(t, b.dst.Slice(2, 62), b.dst.Slice(0, 60), Max)
+	}},
+	{"one member's large Reduce dst partly overlapping its src", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		d := b.dst.Slice(30, 60)
+		if me == t.NPEs()-1 {
+			d = b.dst.Slice(29, 59)
+		}
+		return Reduce(t, d, b.dst.Slice(0, 30), Sum, 0)
+	}},
+	{"Reduce dst partly overlapping src, src after dst", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return Reduce(t, b.dst.Slice(0, 4), b.dst.Slice(3, 7), Prod, t.NPEs()-1)
+	}},
+	{"Broadcast dst partly overlapping src", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return Broadcast(t, b.dst.Slice(1, 5), b.dst.Slice(0, 4), 0)
+	}},
+	{"large Broadcast dst partly overlapping src", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return Broadcast(t, b.dst.Slice(3, 43), b.dst.Slice(0, 40), t.NPEs()-1)
+	}},
+	{"InScan dst partly overlapping src", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return InScan(t, b.dst.Slice(0, 4), b.dst.Slice(2, 6), Sum)
+	}},
+	{"large InScan dst partly overlapping src", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return InScan(t, b.dst.Slice(0, 40), b.dst.Slice(20, 60), Sum)
+	}},
+	{"large ExScan dst partly overlapping src", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return ExScan(t, b.dst.Slice(20, 60), b.dst.Slice(0, 40), Min)
+	}},
 	{"a freed-range slice", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
 		return AllReduce(t, b.dst.Slice(0, 4), b.src.Slice(5, 2), Sum)
 	}},

@@ -10,7 +10,9 @@ import (
 // AllReduce sets dst[i], on every member of t, to src[i] of member 0 op
 // src[i] of member 1 op ... for i < src.Len(). Every member passes the
 // same op and a src of the same length; dst must have at least as many
-// elements (the rest is left alone). dst and src may be the same object.
+// elements (the rest is left alone). In place, dst and src start at the
+// same element; otherwise dst[0:src.Len()] must not overlap src
+// (ErrInvalid).
 func AllReduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op) error {
 	return reduce(t, dst, src, op, -1)
 }
@@ -48,6 +50,7 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 		c.fail(fmt.Errorf("collective: %v of a %d-PE team: %w", c.what, c.n, shmem.ErrBadPE))
 	}
 	c.fail(lenCheck(dst, n, "dst", c.what))
+	c.fail(aliasCheck(dst, src, n, c.what))
 	c.desc = digest(coll, uint64(op), uint64(k), uint64(n), uint64(root), uint64(c.algo), dst.Offset(), src.Offset())
 	if c.local != nil {
 		_, err := c.sync()

@@ -4,7 +4,8 @@ import "github.com/goshmem/goshmem/shmem"
 
 // InScan sets dst[i] on member j to src[i] of member 0 op ... op src[i]
 // of member j (an inclusive prefix reduction, OpenSHMEM 1.6). Arguments
-// as for AllReduce; dst and src may be the same object.
+// as for AllReduce, in place included (dst and src starting at the same
+// element); any other overlap of dst[0:src.Len()] with src is ErrInvalid.
 func InScan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op) error {
 	return scan(t, dst, src, op, true)
 }
@@ -40,6 +41,7 @@ func scan[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, inclusive b
 	c.fail(symCheck(&c, src, "src"))
 	c.fail(symCheck(&c, dst, "dst"))
 	c.fail(lenCheck(dst, n, "dst", c.what))
+	c.fail(aliasCheck(dst, src, n, c.what))
 	c.desc = digest(coll, uint64(op), uint64(k), uint64(n), uint64(c.algo), dst.Offset(), src.Offset())
 	last := c.me // members 0..last are folded in
 	if !inclusive {
