@@ -35,6 +35,12 @@ var errCases = []errCase{
 	{"Max on complex in a scan", shmem.ErrInvalid, false, func(t *shmem.Team, _ bufs[float64], bc bufs[complex128], me int) error {
 		return InScan(t, bc.dst.Slice(0, 4), bc.src.Slice(0, 4), Max)
 	}},
+	{"bitwise op on complex", shmem.ErrInvalid, false, func(t *shmem.Team, _ bufs[float64], bc bufs[complex128], me int) error {
+		return AllReduce(t, bc.dst.Slice(0, 4), bc.src.Slice(0, 4), Or)
+	}},
+	{"And on floats in a large ExScan", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		return ExScan(t, b.dst.Slice(0, 60), b.src.Slice(0, 60), And)
+	}},
 	{"an operator that does not exist", shmem.ErrInvalid, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
 		return Reduce(t, b.dst.Slice(0, 4), b.src.Slice(0, 4), Op(42), 0)
 	}},
@@ -139,6 +145,13 @@ var errCases = []errCase{
 	}},
 	{"AllToAll count whose n×NPEs wraps", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
 		return AllToAll(t, b.dst, b.src, wrapCount(t.NPEs()))
+	}},
+	{"one member's AllToAll count whose n×NPEs wraps", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
+		n := 2
+		if me == 0 {
+			n = wrapCount(t.NPEs())
+		}
+		return AllToAll(t, b.dst, b.src, n)
 	}},
 	{"AllToAllS count whose n×NPEs wraps", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
 		return AllToAllS(t, b.dst, b.src, 1, 1, wrapCount(t.NPEs()))
@@ -367,6 +380,17 @@ var _ = register("errors", func(pe *shmem.PE) error {
 	}
 	return nil
 })
+
+// The error table under each forced algorithm: every path's argument
+// checks, and each algorithm's good call after a refused one.
+func TestErrorsAlgorithms(t *testing.T) {
+	for _, a := range []string{"rd", "direct", "ring", "pushring", "halving"} {
+		t.Run(a, func(t *testing.T) {
+			each(t, "errors", []route{goroutines}, []string{envAlgo + "=" + a}, 4, 5)
+			each(t, "errors", []route{tcp}, []string{envAlgo + "=" + a}, 4)
+		})
+	}
+}
 
 // Collect's counts, each at most collectMax, sum below 2^countBits on
 // every team size, so the sum never carries into the header's count of
