@@ -69,7 +69,7 @@ const (
 	commDepth    = EagerCredits + commAckBatch + specFrags // bulk areas per lane: EagerCredits unreceived plus commAckBatch-1 processed, unacknowledged, plus specFrags early frags
 	commSlots    = 128                                     // slots per lane (lane depth): an inline message waits for room only behind commSlots unacknowledged ones
 	specEpoch    = 1                                       // the epoch of a rendezvous message's early frags (see Comm.match)
-	rdvSlots     = 64                                      // rendezvous sends in flight per PE
+	claimsPer    = 8                                       // claim words per (receiver, sender) pair: rendezvous messages one PE takes from one source at once
 	minFrag      = 4 << 10                                 // the least eager limit a Comm accepts
 	maxMessage   = 1 << 40                                 // the longest message (bytes)
 	entryCost    = 128                                     // bytes charged to the queue cap per queued message besides its payload

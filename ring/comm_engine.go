@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,7 +14,7 @@ import (
 
 // engine is one PE's side of a Comm: a Safe ring with a lane between
 // every ordered pair of PEs (whose messages ring no doorbell in a Comm
-// of up to watchLanes+1 PEs), the rendezvous state words, and the matching state. Every field below
+// of up to watchLanes+1 PEs), the rendezvous claim words, and the matching state. Every field below
 // "guarded" is guarded by the gate (mu, taken with the PE held mapped:
 // see enter); a call holds it only while it moves messages, never while
 // it waits.
@@ -24,7 +25,7 @@ type engine struct {
 	r        *Ring
 	bell     shmem.Sym[uint64] // this PE's doorbell (the ring's)
 	bellWord *uint64
-	rdv      shmem.Sym[uint64] // rdvSlots state words, in each sender's heap (the ring's extra words)
+	rdv      shmem.Sym[uint64] // the claim words, npes*claimsPer in each sender's heap (the ring's extra words)
 	rdvLocal []uint64          // this PE's copy
 	rdvIdx   int               // element of rdv[0] in the ring's words object (after the lanes' words: their count)
 	spin     bool              // a CPU per PE: spin briefly before sleeping
@@ -40,26 +41,43 @@ type engine struct {
 	watchRecv []bool    // over the lanes' words (rdvIdx of them): the doorbell and the pub words
 	watchSend []bool    // and the ack words
 	vsPool    sync.Pool // *[]uint64 of the words object's length: a sleeping wait's comparands
-	maskPool  sync.Pool // *[]bool of that length: a rendezvous send's mask (watchSend and its state word)
+	maskPool  sync.Pool // *[]bool of that length: a rendezvous send's mask (watchSend and its target's claim words)
 	bellMsgs  bool      // messages and acks ring their receiver's doorbell
 	closed    atomic.Bool
 	corks     bool          // some lane from this PE corks (a remote peer): receives count their waits
 	waits     atomic.Uint64 // waits of receives (recvReq) begun: a lane to a remote PE corks a message sent with none since its previous one (sendLane.publish)
 
 	// guarded by the gate:
-	comms    map[uint32]*Comm  // by id: the root Comm (0) and its live sub-Comms
-	root     *Comm             // comms[0], the Comm of NewComm (set once, before any call)
-	subSeq   map[string]uint32 // sub-Comms created so far over each member list
-	batch    []Message
-	lanes    []inLane // by source world PE
-	queued   int      // bytes charged to the cap
-	capped   bool     // the last progress left a message in its lane because of the cap
-	rdvIn    map[rdvKey]*entry
-	slotFree []uint32
-	slotGen  [rdvSlots]uint32
-	cur      *request // the request of the goroutine that holds mu, if any
-	spare    *entry   // an entry no one refers to, for the next eager message
-	kick     bool     // a request of another goroutine completed, or a slot was freed
+	comms  map[uint32]*Comm  // by id: the root Comm (0) and its live sub-Comms
+	root   *Comm             // comms[0], the Comm of NewComm (set once, before any call)
+	subSeq map[string]uint32 // sub-Comms created so far over each member list
+	batch  []Message
+	lanes  []inLane          // by source world PE
+	queued int               // bytes charged to the cap
+	capped bool              // the last progress left a message in its lane because of the cap
+	rdvIn  map[rdvKey]*entry // rendezvous messages whose frags may still come, by source and id
+	cur    *request          // the request of the goroutine that holds mu, if any
+	spare  *entry            // an entry no one refers to, for the next eager message
+	kick   bool              // a request of another goroutine completed
+	// Receiving: claimUsed[src] has bit j set while claim word j of this
+	// PE's on world PE src holds a claim of this PE's (see entry.claim).
+	claimUsed []uint8
+	// Sending: the rendezvous messages announced and not yet finished
+	// (committed or withdrawn), by id; sendSeq numbers them; claimSeen is
+	// each of this PE's claim words as scanClaims last read it.
+	sends     map[uint32]*rdvSend
+	sendSeq   uint32
+	claimSeen []uint64
+}
+
+// rdvSend is the sending state of one rendezvous message, guarded by
+// the gate. claim is the claim word (an element of engine.rdv) that a
+// receiver matched it with, v that word's value then; -1 while none.
+type rdvSend struct {
+	id    uint32
+	dst   int
+	claim int
+	v     uint64
 }
 
 // inLane is the receiving state of the lane from one source.
@@ -75,8 +93,8 @@ type inLane struct {
 }
 
 type rdvKey struct {
-	src  int
-	slot uint32
+	src int
+	id  uint32
 }
 
 // entry is a message that arrived and was not yet received.
@@ -85,9 +103,11 @@ type entry struct {
 	tag       int
 	kind      uint8
 	bytes     int
-	data      []byte // eager: the payload; rdv: the buffer while buffering
-	rdv       bool   // announced by an rts; its data moves in frags
-	slot, gen uint32
+	data      []byte   // eager: the payload; rdv: the buffer while buffering
+	rdv       bool     // announced by an rts; its data moves in frags
+	id        uint32   // rdv: the message's id (its sender's number)
+	claimed   bool     // rdv: this PE holds a claim word for it (claim)
+	claim     int      // rdv: which of this PE's claim words on the sender: 0..claimsPer-1
 	epoch     uint32   // the current (or last) match's epoch
 	taker     *request // rdv: the receive it is moving into
 	got       int      // rdv: bytes arrived for the current match
@@ -178,12 +198,11 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 	if bellMsgs {
 		rule = bellAlways
 	}
-	// The rendezvous state words are the ring's extra words: in the
-	// words object a wait watches, so a sender waiting for its match
-	// sees the receiver's compare-and-swap land, with no doorbell after
-	// it (over TCP the frame of the CAS itself ends the sender's poll,
-	// half a round trip before a doorbell sent after its reply would).
-	r, err := newRingBell(pe, lanes, Safe, commInline(info.CacheLine), rule, rdvSlots, commDepth)
+	// The claim words are the ring's extra words: in the words object a
+	// wait watches, so a sender waiting for its match sees the
+	// receiver's claim land, with no doorbell after it (over TCP the
+	// frame of the claim itself ends the sender's poll).
+	r, err := newRingBell(pe, lanes, Safe, commInline(info.CacheLine), rule, n*claimsPer, commDepth)
 	if err != nil {
 		return nil, fmt.Errorf("ring: NewComm: %w", err)
 	}
@@ -191,7 +210,8 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 	e := &engine{pe: pe, me: me, npes: n, r: r, bell: r.bell, bellWord: r.bellWord, rdv: rdv, rdvLocal: rdv.Local(),
 		spin: !info.Oversubscribed, eagerMax: min(EagerMax, frag), frag: frag, cap: queueCap,
 		comms: map[uint32]*Comm{}, subSeq: map[string]uint32{}, lanes: make([]inLane, n), rdvIn: map[rdvKey]*entry{},
-		batch: make([]Message, 0, 64), bellMsgs: bellMsgs}
+		batch: make([]Message, 0, 64), bellMsgs: bellMsgs,
+		claimUsed: make([]uint8, n), sends: map[uint32]*rdvSend{}, claimSeen: make([]uint64, n*claimsPer)}
 	e.longSpin = e.spin
 	for p := range n {
 		e.lanes[p].local = pe.SameHost(p)
@@ -222,9 +242,6 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 		e.vsPool.New = func() any { vs := make([]uint64, len(words)); return &vs }
 		e.maskPool.New = func() any { m := make([]bool, len(words)); return &m }
 	}
-	for s := rdvSlots - 1; s >= 0; s-- {
-		e.slotFree = append(e.slotFree, uint32(s))
-	}
 	return e, nil
 }
 
@@ -232,7 +249,7 @@ func (e *engine) close() error {
 	if e.closed.Swap(true) {
 		return e.closedErr()
 	}
-	return e.r.Close() // the rendezvous words with the ring's
+	return e.r.Close() // the claim words with the ring's
 }
 
 // enter holds the gate: until exit, Finalize does not unmap this PE's
@@ -306,8 +323,8 @@ func (e *engine) finish(q *request, st Status, err error) {
 // finalized). What moves is one of the words the engine watches (see
 // watchLanes): the doorbell, and in a Comm of at most watchLanes+1 PEs
 // the pub word of every incoming lane and the ack word of every
-// outgoing one, and a rendezvous send's state word (which the
-// receiver's match moves). mark records them, holding the gate, before the call
+// outgoing one, and for a rendezvous send the claim words of its target
+// (which the receiver's match and give-back move). mark records them, holding the gate, before the call
 // looks (polls, matches, tries to send); wait returns once one differs
 // from its mark, so nothing that lands after the look is missed.
 type waiter struct {
@@ -316,13 +333,23 @@ type waiter struct {
 	// the outgoing lanes' ack words too; a receive watches the doorbell
 	// and the pub words only.
 	acks bool
-	// slot: a rendezvous send watches its own state word too (slot+1;
-	// 0: none), which the receiver's match moves.
-	slot    int
+	// claims: a rendezvous send watches the claim words its target
+	// (world PE claims-1; 0: none) sets in this PE's heap too.
+	claims  int
 	seen    [1 + 2*watchLanes]uint64 // the doorbell, then e.watch's words, as marked
-	seenRdv uint64                   // the state word, as marked
+	seenRdv [claimsPer]uint64        // the claim words, as marked
 	vs      *[]uint64                // the sleep's comparands over the words object (from e.vsPool)
-	mask    *[]bool                  // with slot: watchSend and the state word (from e.maskPool)
+	mask    *[]bool                  // with claims: watchSend and the claim words (from e.maskPool)
+}
+
+// claimWords is w's claim words: those of target claims-1 in this PE's
+// heap (nil without claims).
+func (w *waiter) claimWords(e *engine) []uint64 {
+	if w.claims == 0 {
+		return nil
+	}
+	base := (w.claims - 1) * claimsPer
+	return e.rdvLocal[base : base+claimsPer]
 }
 
 // watched is how many of e.watch's words w watches.
@@ -339,8 +366,9 @@ func (w *waiter) mark(e *engine) {
 	for i, p := range e.watch[:w.watched(e)] {
 		w.seen[1+i] = atomic.LoadUint64(p)
 	}
-	if w.slot > 0 {
-		w.seenRdv = atomic.LoadUint64(&e.rdvLocal[w.slot-1])
+	cw := w.claimWords(e)
+	for j := range cw {
+		w.seenRdv[j] = atomic.LoadUint64(&cw[j])
 	}
 }
 
@@ -355,7 +383,13 @@ func (w *waiter) moved(e *engine) bool {
 			return true
 		}
 	}
-	return w.slot > 0 && atomic.LoadUint64(&e.rdvLocal[w.slot-1]) != w.seenRdv
+	cw := w.claimWords(e)
+	for j := range cw {
+		if atomic.LoadUint64(&cw[j]) != w.seenRdv[j] {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *waiter) wait(ctx context.Context, e *engine) error {
@@ -389,11 +423,11 @@ func (w *waiter) waitKeep(ctx context.Context, e *engine, keep bool) (held bool,
 		err = shmem.WaitUntil(e.bell, 0, shmem.CmpNE, w.seen[0])
 	} else {
 		// One wait on the words object: a write to any watched word (a
-		// pub word's signal, an ack's add, the doorbell's add, a
-		// rendezvous send's state word) ends it. It covers the lanes'
-		// words, and a rendezvous send's state word and those before it
-		// (the wait compares every word of what it covers, masked or
-		// not, at every look).
+		// pub word's signal, an ack's add, the doorbell's add, a claim
+		// word of a rendezvous send's target) ends it. It covers the
+		// lanes' words, and a rendezvous send's claim words and those
+		// before them (the wait compares every word of what it covers,
+		// masked or not, at every look).
 		if w.vs == nil {
 			w.vs = e.vsPool.Get().(*[]uint64)
 		}
@@ -407,15 +441,18 @@ func (w *waiter) waitKeep(ctx context.Context, e *engine, keep bool) (held bool,
 			mask = e.watchSend
 		}
 		n := e.rdvIdx
-		if w.slot > 0 {
-			n += w.slot
+		if w.claims > 0 {
+			base := e.rdvIdx + (w.claims-1)*claimsPer
+			n = base + claimsPer
 			if w.mask == nil {
 				w.mask = e.maskPool.Get().(*[]bool)
 				copy(*w.mask, e.watchSend)
-				(*w.mask)[n-1] = true
+				for j := range claimsPer {
+					(*w.mask)[base+j] = true
+				}
 			}
 			mask = (*w.mask)[:n]
-			vs[n-1] = w.seenRdv
+			copy(vs[base:n], w.seenRdv[:])
 		}
 		_, err = shmem.WaitUntilAnyVector(e.r.words.Slice(0, n), mask, shmem.CmpNE, vs[:n])
 	}
@@ -434,7 +471,7 @@ func (w *waiter) done(e *engine) {
 		w.vs = nil
 	}
 	if w.mask != nil {
-		(*w.mask)[e.rdvIdx+w.slot-1] = false
+		clear((*w.mask)[e.rdvIdx:])
 		e.maskPool.Put(w.mask)
 		w.mask = nil
 	}
@@ -669,27 +706,31 @@ func (e *engine) handle(src int, m Message) (bool, error) {
 		if e.queued+entryCost > e.cap {
 			return false, nil
 		}
-		ent := &entry{rdv: true, src: rs, wsrc: src, tag: h.tag, kind: h.kind, bytes: int(h.n), slot: h.slot, gen: h.gen}
-		if done, err := c.offer(ent); done || err != nil {
+		if e.rdvIn[rdvKey{src, h.id}] != nil {
+			return true, fmt.Errorf("ring: Comm on PE %d: message %d from PE %d announces rendezvous message %d again: %w", e.me, m.Seq, src, h.id, shmem.ErrProtocol)
+		}
+		ent := &entry{rdv: true, src: rs, wsrc: src, tag: h.tag, kind: h.kind, bytes: int(h.n), id: h.id}
+		e.rdvIn[rdvKey{src, h.id}] = ent
+		if _, err := c.offer(ent); err != nil {
+			e.forget(ent)
 			return true, err
 		}
 		e.queued += entryCost
 		c.unexp = append(c.unexp, ent)
-		e.rdvIn[rdvKey{src, h.slot}] = ent
 	case msgAbort:
-		// The sender gave up a message a receive had matched (or that
-		// is buffering); it comes after every frag it sent.
-		if ent := e.rdvIn[rdvKey{src, h.slot}]; ent != nil && ent.gen == h.gen && ent.epoch == h.epoch {
+		// The sender withdrew the message (its Send ended before it
+		// committed); the abort comes after every frag it sent.
+		if ent := e.rdvIn[rdvKey{src, h.id}]; ent != nil {
 			if q := ent.taker; q != nil {
 				e.kick = true // its receive looks again
 			}
 			c.drop(ent)
-			c.rematch()
+			e.rematch()
 		}
 	case msgFrag:
-		ent := e.rdvIn[rdvKey{src, h.slot}]
-		if ent == nil || ent.gen != h.gen || ent.epoch != h.epoch || (ent.taker == nil && !ent.buffering) {
-			if ent != nil && ent.gen == h.gen && ent.epoch == 0 {
+		ent := e.rdvIn[rdvKey{src, h.id}]
+		if ent == nil || ent.epoch != h.epoch || (ent.taker == nil && !ent.buffering) {
+			if ent != nil && ent.epoch == 0 {
 				ent.spilled = true // an early frag: the first match restarts the stream
 			}
 			return true, nil // early, or of a match that ended: dropped
@@ -723,13 +764,12 @@ func (c *Comm) arrived(ent *entry) {
 		// Buffered whole: from now on it is like an eager message.
 		ent.rdv, ent.buffering = false, false
 	}
-	c.rematch()
+	e.rematch()
 }
 
 // offer gives a message that just arrived to the posted receives, in
-// posting order. It reports whether the message is gone (received, or
-// dropped: a cancelled rts); otherwise the caller queues it (an rts may
-// then have a taker).
+// posting order. It reports whether the message is gone (received);
+// otherwise the caller queues it (an rts may then have a taker).
 func (c *Comm) offer(ent *entry) (bool, error) {
 	e := c.e
 	for i := 0; i < len(c.posted); {
@@ -759,9 +799,18 @@ func (c *Comm) offer(ent *entry) (bool, error) {
 			e.finish(q, ent.status(), nil)
 			return true, nil
 		}
-		ok, err := c.match(q, ent)
-		if err != nil || !ok {
-			return !ok, err
+		if err := e.overCap(ent); err != nil {
+			c.unpost(i)
+			e.finish(q, ent.status(), err)
+			continue
+		}
+		if !e.claimable(ent) {
+			q.blocked = true // until a claim word is free (rematch)
+			i++
+			continue
+		}
+		if err := c.match(q, ent); err != nil {
+			return false, err
 		}
 		c.unpost(i)
 	}
@@ -785,15 +834,6 @@ func (c *Comm) search(q *request) (bool, error) {
 			return false, nil
 		}
 		if q.probe {
-			if ent.rdv && !ent.buffering {
-				live, err := c.alive(ent)
-				if err != nil {
-					return false, err
-				}
-				if !live {
-					continue // dropped
-				}
-			}
 			e.finish(q, ent.status(), nil)
 			return true, nil
 		}
@@ -814,23 +854,48 @@ func (c *Comm) search(q *request) (bool, error) {
 			ent.data, ent.buffering, ent.taker, q.ent = nil, false, q, ent
 			return true, nil
 		}
-		ok, err := c.match(q, ent)
-		if err != nil {
-			return false, err
-		}
-		if ok {
+		if err := e.overCap(ent); err != nil {
+			e.finish(q, ent.status(), err)
 			return true, nil
 		}
-		// dropped: look on
+		if !e.claimable(ent) {
+			q.blocked = true // until a claim word is free (rematch)
+			return false, nil
+		}
+		if err := c.match(q, ent); err != nil {
+			return false, err
+		}
+		return true, nil
 	}
 	q.blocked = false
 	return false, nil
 }
 
-// match claims rendezvous message ent for q: a compare-and-swap of the
-// sender's state word from pending to matched (a new epoch), then,
-// beyond watchLanes+1 PEs, its doorbell. When the sender cancelled
-// first, ent is dropped and match reports false.
+// claimable reports whether this PE has a free claim word on the sender
+// of rendezvous message ent, so that a receive may match it now.
+func (e *engine) claimable(ent *entry) bool { return e.claimUsed[ent.wsrc] != 1<<claimsPer-1 }
+
+// claimUsed's masks are uint8: claimsPer above 8 fails to compile here.
+const _ uint8 = 1<<claimsPer - 1
+
+// overCap is the error of a receive that would match rendezvous message
+// ent while the unexpected queue is over its cap: only a match can take
+// the queue beyond it (a receive that ends after the message's sender
+// committed leaves it buffered there: see Comm.cancel), so while it is
+// over, no match is made and the excess stays bounded.
+func (e *engine) overCap(ent *entry) error {
+	if e.queued <= e.cap {
+		return nil
+	}
+	return fmt.Errorf("ring: Recv on PE %d of a %d-byte rendezvous message (tag %d, from rank %d): the unexpected queue holds %d bytes, over its cap of %d (messages left buffered by receives that ended: receive them first): %w",
+		e.me, ent.bytes, ent.tag, ent.src, e.queued, e.cap, ErrQueueFull)
+}
+
+// match claims rendezvous message ent for q: it takes a free claim
+// word of this PE's on the sender (the caller checked claimable) and
+// sets it to matched (id, a new epoch), then, beyond watchLanes+1 PEs,
+// rings the sender's doorbell. The sender decides: it sends the frags
+// of that epoch and commits, or withdraws the message (an abort).
 //
 // The new epoch is the next one, except for a first match: the sender
 // sends its first frags before any match, tagged specEpoch (1). A first
@@ -840,50 +905,28 @@ func (c *Comm) search(q *request) (bool, error) {
 // 1, and the sender goes on from where it is. A first match made after
 // one was dropped (spilled) is epoch 2: the early frags still on their
 // way are dropped too, and the sender starts again from the first byte.
-func (c *Comm) match(q *request, ent *entry) (bool, error) {
+func (c *Comm) match(q *request, ent *entry) error {
 	e := c.e
 	next := ent.epoch + 1
 	if ent.epoch == 0 && ent.spilled {
 		next = specEpoch + 1
 	}
-	cond := rdvWord(ent.gen, ent.epoch, rdvPending)
-	old, err := shmem.AtomicCompareSwap(e.rdv, int(ent.slot), cond, rdvWord(ent.gen, next, rdvMatched), ent.wsrc)
-	if err != nil {
-		return false, fmt.Errorf("ring: Comm on PE %d: claiming a %d-byte message from PE %d: %w", e.me, ent.bytes, ent.wsrc, err)
+	j := bits.TrailingZeros8(^e.claimUsed[ent.wsrc])
+	if err := shmem.AtomicSet(e.rdv, e.me*claimsPer+j, rdvWord(ent.id, next, rdvMatched), ent.wsrc); err != nil {
+		return fmt.Errorf("ring: Comm on PE %d: claiming a %d-byte message from PE %d: %w", e.me, ent.bytes, ent.wsrc, err)
 	}
-	if old != cond {
-		if gen, _, st := rdvSplit(old); gen == ent.gen && st != rdvCancelled {
-			return false, fmt.Errorf("ring: Comm on PE %d: the rendezvous slot %d of PE %d is in state %d, want pending: %w", e.me, ent.slot, ent.wsrc, st, shmem.ErrProtocol)
-		}
-		c.drop(ent)
-		return false, nil
-	}
-	ent.epoch = next
+	e.claimUsed[ent.wsrc] |= 1 << j
+	ent.claimed, ent.claim, ent.epoch = true, j, next
 	ent.taker, ent.got, q.ent = q, 0, ent
 	if !e.bellMsgs {
-		return true, nil // the sender's wait watches its state word
+		return nil // the sender's wait watches its claim words
 	}
-	return true, e.ringBell(ent.wsrc)
-}
-
-// alive reports whether the sender of rendezvous message ent still
-// offers it (a remote read of its state word); a cancelled one is
-// dropped.
-func (c *Comm) alive(ent *entry) (bool, error) {
-	w, err := shmem.AtomicFetch(c.e.rdv, int(ent.slot), ent.wsrc)
-	if err != nil {
-		return false, fmt.Errorf("ring: Comm on PE %d: reading PE %d's rendezvous slot: %w", c.e.me, ent.wsrc, err)
-	}
-	if gen, _, st := rdvSplit(w); gen != ent.gen || st == rdvCancelled {
-		c.drop(ent)
-		return false, nil
-	}
-	return true, nil
+	return e.ringBell(ent.wsrc)
 }
 
 // cancel withdraws q, which ended before it completed: off the posted
 // list, and a rendezvous message it was taking goes back to its place in
-// the queue (or, if its sender already finished, is buffered there).
+// the queue (or, if its sender already committed, is buffered there).
 func (c *Comm) cancel(q *request) error {
 	if q.posted {
 		for i, p := range c.posted {
@@ -899,19 +942,29 @@ func (c *Comm) cancel(q *request) error {
 	}
 	e := c.e
 	q.ent, ent.taker = nil, nil
-	defer c.rematch()
-	cond := rdvWord(ent.gen, ent.epoch, rdvMatched)
-	old, err := shmem.AtomicCompareSwap(e.rdv, int(ent.slot), cond, rdvWord(ent.gen, ent.epoch, rdvPending), ent.wsrc)
+	defer e.rematch()
+	cond := rdvWord(ent.id, ent.epoch, rdvMatched)
+	old, err := shmem.AtomicCompareSwap(e.rdv, e.me*claimsPer+ent.claim, cond, rdvWord(ent.id, ent.epoch, rdvGiven), ent.wsrc)
 	if err != nil {
 		c.drop(ent)
 		return err
 	}
-	if old == cond {
-		return nil // pending again; the frags still on their way are dropped
-	}
-	// Done, or its slot already reused (after done, or after cancelled,
-	// in which case an abort follows the frags): buffer what comes.
-	if gen, _, st := rdvSplit(old); gen != ent.gen || st == rdvDone {
+	switch old {
+	case cond:
+		// Given back: the frags of this epoch still on their way are
+		// dropped, and the sender waits for the next match. The claim
+		// word is free: the sender compares it with what it matched
+		// before it sends or commits.
+		e.unclaim(ent)
+		return nil
+	case rdvWord(ent.id, ent.epoch, rdvDone):
+		// The sender committed (its Send returns nil), so the message
+		// must be kept, whatever the cap: what has arrived is copied
+		// into a buffer and the rest follows into it. This is the one
+		// way the queue goes beyond its cap, and while it is beyond, no
+		// receive matches a rendezvous message (overCap): the excess is
+		// at most the messages this PE was taking when it crossed the
+		// cap, claimsPer per source.
 		ent.data = make([]byte, ent.bytes)
 		copy(ent.data, q.dst[:ent.got])
 		ent.buffering = true
@@ -923,11 +976,23 @@ func (c *Comm) cancel(q *request) error {
 		return nil
 	}
 	c.drop(ent)
-	return nil
+	return fmt.Errorf("ring: Comm on PE %d: the claim word of a message from PE %d holds %#x, want %#x (matched) or done: %w", e.me, ent.wsrc, old, cond, shmem.ErrProtocol)
 }
 
-// rematch runs every posted receive against the queue again, after a
-// message was taken, given back or dropped.
+// rematch runs every posted receive of every Comm of the engine against
+// its queue again, after a message was taken, given back or dropped (a
+// claim word freed by one Comm's receive may unblock another's).
+func (e *engine) rematch() {
+	if c := e.root; c != nil && len(e.comms) == 1 {
+		c.rematch()
+		return
+	}
+	for _, c := range e.comms {
+		c.rematch()
+	}
+}
+
+// rematch runs every posted receive against the queue again.
 func (c *Comm) rematch() {
 	for i := 0; i < len(c.posted); {
 		q := c.posted[i]
@@ -965,16 +1030,26 @@ func (c *Comm) remove(ent *entry) {
 	}
 }
 
-// forget takes ent out of rdvIn if it is still the entry of its slot
-// there: once its sender reused the slot, a newer message's rts has
-// replaced it, and that one's frags must still find their entry.
+// forget: no more frags of rendezvous message ent will be taken (it
+// arrived whole, or is dropped). It leaves rdvIn, and its claim word is
+// free: its sender writes the word no more (it committed before its last
+// frag, or withdrew the message before its abort).
 func (e *engine) forget(ent *entry) {
-	if k := (rdvKey{ent.wsrc, ent.slot}); e.rdvIn[k] == ent {
+	if k := (rdvKey{ent.wsrc, ent.id}); e.rdvIn[k] == ent {
 		delete(e.rdvIn, k)
+	}
+	e.unclaim(ent)
+}
+
+// unclaim frees ent's claim word, if it holds one.
+func (e *engine) unclaim(ent *entry) {
+	if ent.claimed {
+		e.claimUsed[ent.wsrc] &^= 1 << ent.claim
+		ent.claimed = false
 	}
 }
 
-// drop forgets a rendezvous message (its sender cancelled it).
+// drop forgets a rendezvous message (its sender withdrew it).
 func (c *Comm) drop(ent *entry) {
 	c.e.forget(ent)
 	if ent.taker != nil {
@@ -1035,7 +1110,13 @@ func (e *engine) recvReq(ctx context.Context, c *Comm, q *request, w *waiter) (S
 		// before taking what arrived: an arrival that matches then goes
 		// straight into dst.
 		var err error
-		if !q.done && !q.posted && q.ent == nil {
+		if q.probe && !q.posted {
+			// A Probe takes what has arrived first: an abort of a
+			// withdrawn rendezvous message then drops it before the
+			// Probe could report it.
+			err = e.progress()
+		}
+		if err == nil && !q.done && !q.posted && q.ent == nil {
 			var settled bool
 			if settled, err = c.search(q); err == nil && !settled {
 				q.posted = true
@@ -1198,108 +1279,110 @@ func (e *engine) sendEager(ctx context.Context, c *Comm, dst, tag int, kind uint
 	return nil
 }
 
-// takeSlot takes a free rendezvous slot, waiting for one if every slot
-// is in use.
-func (e *engine) takeSlot(ctx context.Context, w *waiter) (uint32, uint32, error) {
-	for {
-		if err := e.lock(); err != nil {
-			return 0, 0, err
+// scanClaims reads the claim words that world PE dst sets in this PE's
+// heap and gives each new match to the rendezvous message it names, if
+// this PE still sends that message to dst (a match of a withdrawn
+// message is ignored: its abort tells the receiver). Holding the gate.
+// Only a change since the last scan counts: a word keeps its last
+// value until its receiver claims with it again, and (id, epoch) is
+// never set twice (ids wrap after 2^32 messages, which is no concern
+// for a word that is read on every change).
+func (e *engine) scanClaims(dst int) {
+	base := dst * claimsPer
+	for i := base; i < base+claimsPer; i++ {
+		v := atomic.LoadUint64(&e.rdvLocal[i])
+		if v == e.claimSeen[i] {
+			continue
 		}
-		w.mark(e)
-		if n := len(e.slotFree); n > 0 {
-			s := e.slotFree[n-1]
-			e.slotFree = e.slotFree[:n-1]
-			e.slotGen[s]++
-			g := e.slotGen[s]
-			e.unlock()
-			return s, g, nil
-		}
-		err := e.progress()
-		if err == nil {
-			err = e.idleAcks()
-		}
-		e.unlock()
-		if err == nil {
-			err = w.wait(ctx, e)
-		}
-		if err != nil {
-			return 0, 0, err
+		e.claimSeen[i] = v
+		if id, _, st := rdvSplit(v); st == rdvMatched {
+			if s := e.sends[id]; s != nil && s.dst == dst {
+				s.claim, s.v = i, v
+			}
 		}
 	}
 }
 
-func (e *engine) releaseSlot(s uint32) {
-	if e.lock() != nil {
-		return // finalized: nothing uses the slot again
-	}
-	e.slotFree = append(e.slotFree, s)
-	e.kick = true
-	e.unlock()
-}
-
-// sendRdv sends a message longer than the eager limit: an rts on the
-// lane, then its first frags at once (early: see spec below), then,
-// once a receiver has matched it (its compare-and-swap of this PE's
-// state word from pending to matched), the rest of the data in frags
-// through the lane's bulk areas, then done. A match of epoch 1 took the
-// early frags; any other epoch (a later first match, or a match after a
-// receiver gave one back, matched → pending) restarts the stream from
-// the first byte. ctx ending first moves the word to cancelled, after
-// which receivers drop the message.
+// sendRdv sends a message longer than the eager limit. It announces it
+// (an rts on the lane, with an id of this PE's), sends its first frags
+// at once (early: see spec below), and waits for a receiver's match: a
+// claim word of the receiver's in this PE's heap set to matched (id,
+// epoch). Then it sends the rest of the data in frags through the
+// lane's bulk areas but the last byte, commits (a compare-and-swap of
+// the claim word from matched to done) and sends the last byte. A match
+// of epoch 1 took the early frags; any other epoch (a later first
+// match, or a match after a receiver gave one back, matched → given
+// back) restarts the stream from the first byte. ctx ending before the
+// commit withdraws the message: an abort on the lane, after which the
+// receiver drops it. A pending Send holds nothing but its place in the
+// lane, so any number of them may wait for their receives.
 func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8, data []byte) (err error) {
-	w := waiter{acks: true}
+	w := waiter{acks: true, claims: dst + 1}
 	defer w.done(e)
-	slot, gen, err := e.takeSlot(ctx, &w)
-	if err != nil {
+	if err := e.lock(); err != nil {
 		return ctxErr("Send", err)
 	}
-	defer e.releaseSlot(slot)
-	w.slot = int(slot) + 1
-	word := &e.rdvLocal[slot]
-	if err := shmem.AtomicSet(e.rdv, int(slot), rdvWord(gen, 0, rdvPending), e.me); err != nil {
-		return ctxErr("Send", err)
+	e.sendSeq++
+	if e.sendSeq == 0 {
+		e.sendSeq++ // 0 names no message
 	}
+	s := &rdvSend{id: e.sendSeq, dst: dst, claim: -1}
+	e.sends[s.id] = s
+	e.unlock()
+	defer func() {
+		if e.lock() == nil {
+			delete(e.sends, s.id)
+			e.unlock()
+		}
+	}()
 	var h [hdrLong]byte
-	putLong(h[:], msgRTS, kind, c.id, tag, slot, uint64(len(data)), gen, 0)
+	putLong(h[:], msgRTS, kind, c.id, tag, uint64(len(data)), s.id, 0)
 	if err := e.sendOn(ctx, &w, dst, h[:], nil); err != nil {
-		return ctxErr("Send", err)
+		return ctxErr("Send", err) // not announced: nothing to withdraw
 	}
 	l := e.r.outTo[dst]
+	// The last byte goes alone, after the commit: a receive that has
+	// every byte knows the sender committed, so it may complete (and
+	// reuse its claim word) at once.
+	last := len(data) - 1
 	// Frags go from the start, before any match, tagged specEpoch: up to
 	// spec bytes, each while fewer than specFrags early frags of the
 	// lane (this message's or another's) are unacknowledged (sendvEarly:
-	// the lane's other slots stay the eager messages'). A receive that matches as the rts arrives takes them
-	// (Comm.match), so a message whose receive is waiting does not wait
-	// a round trip for its first byte; otherwise they are dropped.
-	spec := min(len(data), specFrags*e.frag)
-	ep, off := uint32(specEpoch), 0
+	// the lane's other slots stay the eager messages'). A receive that
+	// matches as the rts arrives takes them (Comm.match), so a message
+	// whose receive is waiting does not wait a round trip for its first
+	// byte; otherwise they are dropped.
+	spec := min(last, specFrags*e.frag)
+	ep, off, matched := uint32(specEpoch), 0, false
 	for {
-		// One look at the state word, and what it asks for, holding the
-		// gate (the word is read in place).
+		// One look at the claim words, and what they ask for, holding
+		// the gate (the words are read in place).
 		if err := e.enter(); err != nil {
 			return ctxErr("Send", err)
 		}
 		w.mark(e)
-		v := atomic.LoadUint64(word)
-		g, epoch, st := rdvSplit(v)
-		if g != gen || (st != rdvPending && st != rdvMatched) {
-			e.exit()
-			return fmt.Errorf("ring: Send on PE %d: rendezvous slot %d holds generation %d state %d, want generation %d pending or matched: %w",
-				e.me, slot, g, st, gen, shmem.ErrProtocol)
+		e.scanClaims(dst)
+		if s.claim >= 0 && atomic.LoadUint64(&e.rdvLocal[s.claim]) != s.v {
+			s.claim = -1 // given back
 		}
-		moved := false
-		early := st == rdvPending && epoch == 0 && off < spec
-		if st == rdvMatched || early {
-			if epoch != ep && !early {
+		claimed := s.claim >= 0
+		var v uint64
+		if claimed {
+			v, matched = s.v, true
+			if _, epoch, _ := rdvSplit(v); epoch != ep {
 				ep, off = epoch, 0
 			}
-			end, limit := len(data), 0
+		}
+		moved := false
+		early := !matched && off < spec
+		if claimed || early {
+			end, limit := last, 0
 			if early {
 				end, limit = spec, specFrags
 			}
-			for off < end && ctx.Err() == nil && atomic.LoadUint64(word) == v {
+			for off < end && ctx.Err() == nil && (!claimed || atomic.LoadUint64(&e.rdvLocal[s.claim]) == v) {
 				n := min(e.frag, end-off)
-				putLong(h[:], msgFrag, kind, c.id, 0, slot, uint64(off), gen, ep)
+				putLong(h[:], msgFrag, kind, c.id, 0, uint64(off), s.id, ep)
 				_, sent, err := l.sendvEarly(e.r, h[:], data[off:off+n], false, limit)
 				if err != nil {
 					e.exit()
@@ -1311,16 +1394,25 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 				off += n
 				moved = true
 			}
-			if st == rdvMatched && off == len(data) {
-				old, err := shmem.AtomicCompareSwap(e.rdv, int(slot), v, rdvWord(gen, ep, rdvDone), e.me)
+			if claimed && off == last && ctx.Err() == nil {
+				old, err := shmem.AtomicCompareSwap(e.rdv, s.claim, v, rdvWord(s.id, ep, rdvDone), e.me)
+				if err == nil && old == v {
+					delete(e.sends, s.id)
+				}
 				e.exit()
 				if err != nil {
 					return ctxErr("Send", err)
 				}
-				if old == v {
-					return nil
+				if old != v {
+					continue // given back meanwhile: look again
 				}
-				continue // given back meanwhile: look again
+				// Committed: the last byte goes whatever ctx says (the
+				// receiver drains its lanes, into dst or a buffer).
+				putLong(h[:], msgFrag, kind, c.id, 0, uint64(last), s.id, ep)
+				if err := e.sendOn(context.Background(), &w, dst, h[:], data[last:]); err != nil {
+					return ctxErr("Send", err)
+				}
+				return nil
 			}
 		}
 		e.exit()
@@ -1341,25 +1433,28 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 				continue
 			}
 		}
-		// Ending (ctx, or the wait failed): withdraw the message, unless
-		// the word moved meanwhile (then look again).
-		old, cerr := shmem.AtomicCompareSwap(e.rdv, int(slot), v, rdvWord(gen, epoch, rdvCancelled), e.me)
-		if cerr != nil {
-			return ctxErr("Send", werr)
-		}
-		if old != v {
-			continue
-		}
-		if st == rdvMatched {
-			// A receive is taking it: tell it, after the frags sent.
-			putLong(h[:], msgAbort, kind, c.id, 0, slot, 0, gen, epoch)
-			aw := waiter{acks: true}
-			err := e.sendOn(context.Background(), &aw, dst, h[:], nil)
-			aw.done(e)
-			if err != nil {
-				return ctxErr("Send", fmt.Errorf("%w (and telling the receiver: %v)", werr, err))
-			}
-		}
-		return ctxErr("Send", werr)
+		return e.withdraw(c, s, kind, werr)
 	}
+}
+
+// withdraw ends rendezvous Send s, which has not committed, with werr
+// (its ctx, or a failed wait): from now on this PE ignores matches of
+// it, and an abort on the lane, after every frag sent, tells the
+// receiver to drop it (a receive taking it matches again). The abort
+// waits for room on the lane if it must (one inline slot, which the
+// receiver frees by taking its messages), bounded by the PE's timeout.
+func (e *engine) withdraw(c *Comm, s *rdvSend, kind uint8, werr error) error {
+	if err := e.lock(); err == nil {
+		delete(e.sends, s.id)
+		e.unlock()
+	}
+	var h [hdrLong]byte
+	putLong(h[:], msgAbort, kind, c.id, 0, 0, s.id, 0)
+	aw := waiter{acks: true}
+	err := e.sendOn(context.Background(), &aw, s.dst, h[:], nil)
+	aw.done(e)
+	if err != nil {
+		return ctxErr("Send", fmt.Errorf("%w (and telling the receiver: %v)", werr, err))
+	}
+	return ctxErr("Send", werr)
 }

@@ -2,6 +2,7 @@ package ring
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -60,3 +61,133 @@ var _ = register("comm-rdv-many", func(pe *shmem.PE) error {
 })
 
 func TestCommRdvMany(t *testing.T) { each(t, "comm-rdv-many", 2) }
+
+// The cap and a buffered rendezvous message, driven through the engine's
+// own code (handle, search, cancel) on PE 1, with PE 0's claim word set
+// as its Send's commit would set it (PE 0 sends nothing itself): a
+// receive ends after the sender of its message committed, so the
+// message must be kept and is buffered beyond the queue's cap. While the
+// queue is over its cap a receive of another rendezvous message fails
+// with ErrQueueFull, consuming nothing; once the buffered message is
+// received, the queue is back within its cap and the other message can
+// be matched.
+func TestCommCapBuffered(t *testing.T) {
+	const queueCap = 16 << 10
+	err := shmem.Run(2, func(pe *shmem.PE) error {
+		c, err := newCommCap(pe.World(), queueCap)
+		if err != nil {
+			return err
+		}
+		if c.Rank() == 1 {
+			if err := capBuffered(c); err != nil {
+				return err
+			}
+		}
+		return closeComm(pe, c)
+	}, shmem.WithTimeout(60*time.Second), shmem.WithHeapSize(16<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// capBuffered is TestCommCapBuffered's PE 1.
+func capBuffered(c *Comm) error {
+	e := c.e
+	size := c.EagerLimit() + 100 // longer than the cap
+	data := fillMsg(make([]byte, size), 0, 1, 0)
+	kind := kindOf[byte]()
+	msg := func(typ uint8, tag int, n uint64, id, epoch uint32, payload []byte) Message {
+		var h [hdrLong]byte
+		putLong(h[:], typ, kind, 0, tag, n, id, epoch)
+		return Message{Origin: 0, Data: append(h[:], payload...)}
+	}
+	handle := func(m Message) error {
+		ok, err := e.handle(0, m)
+		if err == nil && !ok {
+			err = fmt.Errorf("message of type %d left in its lane", m.Data[0])
+		}
+		return err
+	}
+	if err := e.lock(); err != nil {
+		return err
+	}
+	// Two announced messages: id 7 (tag 1), which a receive takes, and
+	// id 8 (tag 2), which waits in the queue.
+	q := &request{c: c, from: 0, tag: 1, kind: kind, size: 1, dst: make([]byte, size)}
+	err := handle(msg(msgRTS, 1, uint64(size), 7, 0, nil))
+	if err == nil {
+		err = handle(msg(msgRTS, 2, uint64(size), 8, 0, nil))
+	}
+	var settled bool
+	if err == nil {
+		settled, err = c.search(q)
+	}
+	if err == nil && (!settled || q.ent == nil || !q.ent.claimed) {
+		err = fmt.Errorf("the receive of tag 1 did not match its message: settled %v", settled)
+	}
+	// Every byte but the last arrives, the sender commits, and then the
+	// receive ends.
+	if err == nil {
+		err = handle(msg(msgFrag, 0, 0, 7, 1, data[:size-1]))
+	}
+	var ent *entry
+	if err == nil {
+		ent = q.ent
+		word := e.me*claimsPer + ent.claim
+		var old uint64
+		old, err = shmem.AtomicCompareSwap(e.rdv, word, rdvWord(7, 1, rdvMatched), rdvWord(7, 1, rdvDone), 0)
+		if err == nil && old != rdvWord(7, 1, rdvMatched) {
+			err = fmt.Errorf("PE 0's claim word is %#x, want matched", old)
+		}
+	}
+	if err == nil {
+		err = c.cancel(q)
+	}
+	if err == nil && (!ent.buffering || e.queued <= e.cap) {
+		err = fmt.Errorf("after the receive ended: buffering %v, %d bytes queued, cap %d; want the message buffered beyond the cap", ent.buffering, e.queued, e.cap)
+	}
+	e.unlock()
+	if err != nil {
+		return err
+	}
+	// Over the cap: the other rendezvous message cannot be matched.
+	ctx, cancel := context.WithTimeout(bg(), 20*time.Second)
+	defer cancel()
+	dst := make([]byte, size)
+	if _, err := Recv(ctx, c, 0, 2, dst); !errors.Is(err, ErrQueueFull) || !errors.Is(err, shmem.ErrHeapExhausted) {
+		return fmt.Errorf("Recv of tag 2 over the cap: %v, want ErrQueueFull", err)
+	}
+	// The last byte comes; the buffered message is received whole.
+	if err := e.lock(); err != nil {
+		return err
+	}
+	err = handle(msg(msgFrag, 0, uint64(size-1), 7, 1, data[size-1:]))
+	e.unlock()
+	if err != nil {
+		return err
+	}
+	st, err := Recv(ctx, c, 0, 1, dst)
+	if err != nil || st.Bytes != size {
+		return fmt.Errorf("Recv of the buffered message: %+v, %v", st, err)
+	}
+	if err := checkMsg(dst, 0, 1, 0); err != nil {
+		return err
+	}
+	// Within the cap again: tag 2 can be matched. Its sender withdraws
+	// it, and the queue is empty.
+	if err := e.lock(); err != nil {
+		return err
+	}
+	defer e.unlock()
+	q2 := &request{c: c, from: 0, tag: 2, kind: kind, size: 1, dst: dst}
+	if settled, err := c.search(q2); err != nil || !settled || q2.ent == nil {
+		return fmt.Errorf("the receive of tag 2 within the cap: settled %v, %v", settled, err)
+	}
+	if err := handle(msg(msgAbort, 0, 0, 8, 0, nil)); err != nil {
+		return err
+	}
+	if q2.ent != nil || len(c.unexp) != 0 || e.queued != 0 || e.claimUsed[0] != 0 {
+		return fmt.Errorf("after the abort: taking %v, %d queued entries, %d bytes queued, claims %#x", q2.ent != nil, len(c.unexp), e.queued, e.claimUsed[0])
+	}
+	return nil
+}

@@ -15,16 +15,17 @@ import (
 //	offset  width  field
 //	0       1      type: 1 eager (the payload follows), 2 rts (announces a
 //	               rendezvous message), 3 frag (a piece of one), 4 abort
-//	               (its sender gave up a matched rendezvous message)
+//	               (its sender withdrew an announced rendezvous message)
 //	1       1      kind: the element kind (reflect.Kind of the element type)
 //	2       2      zero
 //	4       4      comm: the Comm's id (0 for NewComm's, else a sub-Comm's: see Sub)
-//	8       4      tag (eager, rts); zero (frag)
-//	12      4      eager: zero. rts, frag, abort: the sender's rendezvous slot
+//	8       4      tag (eager, rts); zero (frag, abort)
+//	12      4      zero
 //	16      8      rts: the message's length in bytes. frag: the offset of
-//	               this piece in the message
-//	24      4      rts, frag, abort: the slot's generation
-//	28      4      rts: zero. frag, abort: the match epoch it belongs to
+//	               this piece in the message. abort: zero
+//	24      4      rts, frag, abort: the message's id (the sender's
+//	               rendezvous number, never 0)
+//	28      4      rts, abort: zero. frag: the match epoch it belongs to
 //
 // An eager header is 16 bytes, the others 32; the payload (of
 // an eager message or a frag) follows the header in the same lane message.
@@ -44,9 +45,8 @@ type header struct {
 	kind  uint8
 	comm  uint32
 	tag   int
-	slot  uint32
 	n     uint64 // rts: length; frag: offset
-	gen   uint32
+	id    uint32 // rts, frag, abort: the rendezvous message's id
 	epoch uint32
 }
 
@@ -57,14 +57,13 @@ func putEager(b []byte, kind uint8, comm uint32, tag int) {
 	binary.LittleEndian.PutUint32(b[8:], uint32(tag))
 }
 
-func putLong(b []byte, typ, kind uint8, comm uint32, tag int, slot uint32, n uint64, gen, epoch uint32) {
+func putLong(b []byte, typ, kind uint8, comm uint32, tag int, n uint64, id, epoch uint32) {
 	clear(b[:hdrLong])
 	b[0], b[1] = typ, kind
 	binary.LittleEndian.PutUint32(b[4:], comm)
 	binary.LittleEndian.PutUint32(b[8:], uint32(tag))
-	binary.LittleEndian.PutUint32(b[12:], slot)
 	binary.LittleEndian.PutUint64(b[16:], n)
-	binary.LittleEndian.PutUint32(b[24:], gen)
+	binary.LittleEndian.PutUint32(b[24:], id)
 	binary.LittleEndian.PutUint32(b[28:], epoch)
 }
 
@@ -95,17 +94,16 @@ func parseHeader(b []byte) (header, []byte, error) {
 		if len(b) < hdrLong {
 			return h, nil, fmt.Errorf("ring: Comm message of type %d and %d bytes, shorter than its header: %w", h.typ, len(b), shmem.ErrProtocol)
 		}
-		h.slot = binary.LittleEndian.Uint32(b[12:])
 		h.n = binary.LittleEndian.Uint64(b[16:])
-		h.gen = binary.LittleEndian.Uint32(b[24:])
+		h.id = binary.LittleEndian.Uint32(b[24:])
 		h.epoch = binary.LittleEndian.Uint32(b[28:])
-		if h.slot >= rdvSlots || (h.typ == msgRTS && (h.tag > MaxTag || h.n > maxMessage)) {
-			return h, nil, fmt.Errorf("ring: Comm message of type %d: slot %d, tag %d, length %d out of range: %w", h.typ, h.slot, h.tag, h.n, shmem.ErrProtocol)
+		if h.id == 0 || (h.typ == msgRTS && (h.tag > MaxTag || h.n > maxMessage)) {
+			return h, nil, fmt.Errorf("ring: Comm message of type %d: id %d, tag %d, length %d out of range: %w", h.typ, h.id, h.tag, h.n, shmem.ErrProtocol)
 		}
 		if h.typ != msgFrag && len(b) != hdrLong {
 			return h, nil, fmt.Errorf("ring: Comm rts of %d bytes: %w", len(b), shmem.ErrProtocol)
 		}
-		if (h.typ != msgRTS && h.tag != 0) || (h.typ == msgRTS && h.epoch != 0) || (h.typ == msgAbort && h.n != 0) {
+		if binary.LittleEndian.Uint32(b[12:]) != 0 || (h.typ != msgRTS && h.tag != 0) || (h.typ != msgFrag && h.epoch != 0) || (h.typ == msgAbort && h.n != 0) {
 			return h, nil, fmt.Errorf("ring: Comm message of type %d with a field set that its type leaves zero: %w", h.typ, shmem.ErrProtocol)
 		}
 		return h, b[hdrLong:], nil
@@ -113,24 +111,27 @@ func parseHeader(b []byte) (header, []byte, error) {
 	return h, nil, fmt.Errorf("ring: Comm message of unknown type %d: %w", h.typ, shmem.ErrProtocol)
 }
 
-// The rendezvous state word, one per slot in the sender's heap:
+// The claim word: a receiver's hold on one rendezvous message. Every PE
+// has claimsPer words for each receiver (world PE r's are r*claimsPer..
+// r*claimsPer+claimsPer-1); receiver r takes a free one of its own at a
+// match and sets it, the sender reads them in place (docs/ring.md
+// "Rendezvous"):
 //
-//	bits 0..7    state: 0 free, 1 pending, 2 matched, 3 cancelled, 4 done
-//	bits 8..31   epoch: how many times a receiver has matched it
-//	bits 32..63  generation: the slot's use (rises with every message)
+//	bits 0..7    state: 0 free, 1 matched, 2 given back, 3 done
+//	bits 8..31   epoch: how many times a receiver has matched the message
+//	bits 32..63  the message's id (its rts's)
 const (
-	rdvFree      = 0
-	rdvPending   = 1
-	rdvMatched   = 2
-	rdvCancelled = 3
-	rdvDone      = 4
+	rdvFree    = 0
+	rdvMatched = 1
+	rdvGiven   = 2
+	rdvDone    = 3
 )
 
-func rdvWord(gen, epoch uint32, st uint8) uint64 {
-	return uint64(gen)<<32 | uint64(epoch&0xFFFFFF)<<8 | uint64(st)
+func rdvWord(id, epoch uint32, st uint8) uint64 {
+	return uint64(id)<<32 | uint64(epoch&0xFFFFFF)<<8 | uint64(st)
 }
 
-func rdvSplit(w uint64) (gen, epoch uint32, st uint8) {
+func rdvSplit(w uint64) (id, epoch uint32, st uint8) {
 	return uint32(w >> 32), uint32(w>>8) & 0xFFFFFF, uint8(w)
 }
 

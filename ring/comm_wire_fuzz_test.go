@@ -11,7 +11,7 @@ import (
 // FuzzParseHeader: the Comm header decoder over any lane message, as a
 // faulty or hostile same-job sender could put it. parseHeader never
 // panics; an error wraps ErrProtocol; a header it accepts has a known
-// type, a tag and slot in range, re-encodes (putEager, putLong) to the
+// type, a tag in range and a non-zero id, re-encodes (putEager, putLong) to the
 // very bytes it was read from, and hands back the rest of the message as
 // the payload.
 func FuzzParseHeader(f *testing.F) {
@@ -25,9 +25,9 @@ func FuzzParseHeader(f *testing.F) {
 		case msgRTS:
 			tag, n, ep = 9, 1<<20, 0
 		case msgAbort:
-			n = 0
+			n, ep = 0, 0
 		}
-		putLong(l[:], typ, 2, 0, tag, 1, n, 5, ep)
+		putLong(l[:], typ, 2, 0, tag, n, 5, ep)
 		f.Add(l[:])
 	}
 	f.Add([]byte{msgEager})
@@ -47,10 +47,10 @@ func FuzzParseHeader(f *testing.F) {
 			size = hdrEager
 			putEager(re[:], h.kind, h.comm, h.tag)
 		case msgRTS, msgFrag, msgAbort:
-			if h.slot >= rdvSlots {
-				t.Fatalf("slot %d accepted", h.slot)
+			if h.id == 0 {
+				t.Fatalf("id 0 accepted")
 			}
-			putLong(re[:], h.typ, h.kind, h.comm, h.tag, h.slot, h.n, h.gen, h.epoch)
+			putLong(re[:], h.typ, h.kind, h.comm, h.tag, h.n, h.id, h.epoch)
 		default:
 			t.Fatalf("type %d accepted", h.typ)
 		}
