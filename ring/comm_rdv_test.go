@@ -15,46 +15,71 @@ import (
 // 100 goroutines of PE 0 each Send a message longer than the eager limit
 // with a tag of its own (k); PE 1 receives them in reverse tag order, so
 // its first receive waits for the message sent last. Every Send must be
-// announced while the others wait for their receives. The deadline only
-// turns a hang into an error.
+// announced while the others wait for their receives. Then the same
+// again with 16 receiving goroutines on PE 1 (goroutine g takes the
+// tags k ≡ g mod 16, highest first), more receives at once than PE 1 has
+// claim words on PE 0 (claimsPer): the others wait for one, whatever
+// the order. The deadline only turns a hang into an error.
 var _ = register("comm-rdv-many", func(pe *shmem.PE) error {
 	c, err := NewComm(pe.World())
 	if err != nil {
 		return err
 	}
-	const count = 100
+	const count, receivers = 100, 16
 	ctx, cancel := context.WithTimeout(bg(), 30*time.Second)
 	defer cancel()
 	size := func(k int) int { return c.EagerLimit() + 1 + k*37 }
-	switch c.Rank() {
-	case 0:
+	recv := func(k int, dst []byte) error {
+		st, err := Recv(ctx, c, 0, k, dst)
+		if err != nil {
+			return fmt.Errorf("Recv tag %d: %w", k, err)
+		}
+		if st.Bytes != size(k) || st.Tag != k || st.Source != 0 {
+			return fmt.Errorf("Recv tag %d: %+v", k, st)
+		}
+		return checkMsg(dst[:st.Bytes], 0, k, k)
+	}
+	for round := range 2 {
 		var wg sync.WaitGroup
 		errs := make(chan error, count)
-		for k := range count {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := Send(ctx, c, 1, k, fillMsg(make([]byte, size(k)), 0, k, k)); err != nil {
-					errs <- fmt.Errorf("Send tag %d: %w", k, err)
+		switch c.Rank() {
+		case 0:
+			for k := range count {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := Send(ctx, c, 1, k, fillMsg(make([]byte, size(k)), 0, k, k)); err != nil {
+						errs <- fmt.Errorf("round %d: Send tag %d: %w", round, k, err)
+					}
+				}()
+			}
+		case 1:
+			if round == 0 {
+				dst := make([]byte, size(count))
+				for k := count - 1; k >= 0; k-- {
+					if err := recv(k, dst); err != nil {
+						errs <- fmt.Errorf("round 0 (after %d received): %w", count-1-k, err)
+						break
+					}
 				}
-			}()
+				break
+			}
+			for g := range receivers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					dst := make([]byte, size(count))
+					for k := count - 1 - (count-1-g)%receivers; k >= 0; k -= receivers {
+						if err := recv(k, dst); err != nil {
+							errs <- fmt.Errorf("round 1, goroutine %d: %w", g, err)
+							return
+						}
+					}
+				}()
+			}
 		}
 		if err := firstErr(&wg, errs); err != nil {
 			return err
-		}
-	case 1:
-		dst := make([]byte, size(count))
-		for k := count - 1; k >= 0; k-- {
-			st, err := Recv(ctx, c, 0, k, dst)
-			if err != nil {
-				return fmt.Errorf("Recv tag %d (after %d received): %w", k, count-1-k, err)
-			}
-			if st.Bytes != size(k) || st.Tag != k {
-				return fmt.Errorf("Recv tag %d: %+v", k, st)
-			}
-			if err := checkMsg(dst[:st.Bytes], 0, k, k); err != nil {
-				return err
-			}
 		}
 	}
 	return closeComm(pe, c)
