@@ -46,6 +46,10 @@ const EagerCredits = 16
 // (arrived, not yet received) a Comm holds in Go memory on one PE. Beyond
 // it, messages stay in their lanes (so their senders wait), and a Recv or
 // Probe that could only be matched by one of them fails with ErrQueueFull.
+// One message is kept beyond it: a rendezvous message whose sender had
+// committed when the receive taking it ended; while the queue is over its
+// cap, a Recv that would match a rendezvous message fails with
+// ErrQueueFull (docs/ring.md "Matching").
 const QueueCap = 256 << 20
 
 // ErrTruncated: the message is larger than the receive buffer. It stays
@@ -53,7 +57,8 @@ const QueueCap = 256 << 20
 var ErrTruncated = errors.New("ring: message larger than the receive buffer")
 
 // ErrQueueFull: the unexpected-message queue is at its cap (QueueCap) and
-// the message a Recv or Probe waits for may be behind it. Nothing was
+// the message a Recv or Probe waits for may be behind it, or the queue is
+// over its cap and a Recv would match a rendezvous message. Nothing was
 // consumed. It wraps shmem.ErrHeapExhausted too.
 var ErrQueueFull = fmt.Errorf("ring: the Comm's unexpected-message queue is full: %w", shmem.ErrHeapExhausted)
 
