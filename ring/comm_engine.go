@@ -894,7 +894,10 @@ func (e *engine) overCap(ent *entry) error {
 // match claims rendezvous message ent for q: it takes a free claim
 // word of this PE's on the sender (the caller checked claimable) and
 // sets it to matched (id, a new epoch), then, beyond watchLanes+1 PEs,
-// rings the sender's doorbell. The sender decides: it sends the frags
+// rings the sender's doorbell. The set is a swap, whose old value is of
+// no use: over TCP a fetching atomic is written at once, where a
+// non-fetching one waits in the link's cork queue for this PE's next
+// write or wait (after it copied the early frags that follow the rts). The sender decides: it sends the frags
 // of that epoch and commits, or withdraws the message (an abort).
 //
 // The new epoch is the next one, except for a first match: the sender
@@ -912,7 +915,7 @@ func (c *Comm) match(q *request, ent *entry) error {
 		next = specEpoch + 1
 	}
 	j := bits.TrailingZeros8(^e.claimUsed[ent.wsrc])
-	if err := shmem.AtomicSet(e.rdv, e.me*claimsPer+j, rdvWord(ent.id, next, rdvMatched), ent.wsrc); err != nil {
+	if _, err := shmem.AtomicSwap(e.rdv, e.me*claimsPer+j, rdvWord(ent.id, next, rdvMatched), ent.wsrc); err != nil {
 		return fmt.Errorf("ring: Comm on PE %d: claiming a %d-byte message from PE %d: %w", e.me, ent.bytes, ent.wsrc, err)
 	}
 	e.claimUsed[ent.wsrc] |= 1 << j
