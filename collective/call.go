@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync/atomic"
 
+	"github.com/goshmem/goshmem/internal/testhook"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -28,6 +29,7 @@ type call struct {
 	// local is this PE's own argument error, if any; the call still
 	// takes part in the entry exchange so the others learn of it.
 	local error
+	step  int // the waits passed so far (reach)
 }
 
 func (c *call) begin(t *shmem.Team) error {
@@ -263,6 +265,7 @@ func (c *call) exchange(msg []byte, merge func(in []byte)) error {
 	if len(msg) > g.slotBytes {
 		panic(fmt.Sprintf("collective: a %d-byte message for %d-byte buffers", len(msg), g.slotBytes))
 	}
+	c.reach()
 	k := c.lw[wordSeq] + 1
 	c.lw[wordSeq] = k
 	par := int(k % 2)
@@ -364,6 +367,24 @@ func (c *call) fold(msg, in []byte, merge func([]byte)) {
 	h := readHeader(msg)
 	h.merge(readHeader(in))
 	h.put(msg)
+}
+
+// await waits until the call's word w reaches v (words only grow): one
+// step of the algorithm.
+func (c *call) await(w int, v uint64) error {
+	c.traceWait(w, v)
+	c.reach()
+	return shmem.WaitUntil(c.words, w, shmem.CmpGE, v)
+}
+
+// reach counts one step of the call: an exchange or an await. A test's
+// testhook.Step sees each, numbered from 0, so that it can stop this PE
+// there; while no hook is set it costs one atomic load.
+func (c *call) reach() {
+	if h := testhook.Step.Load(); h != nil {
+		(*h)(c.pe.MyPE(), c.step)
+	}
+	c.step++
 }
 
 // send puts msg into team member j's buffer (par, slot) and signals it.

@@ -315,8 +315,7 @@ func reducePair[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) err
 	if err := shmem.PutSignal(dst.Slice(olo, ohi), sl[olo:ohi], sig, base+1, shmem.SignalSet, other); err != nil {
 		return err
 	}
-	c.traceWait(wordRingIn, base+1)
-	if err := shmem.WaitUntil(c.words, wordRingIn, shmem.CmpGE, base+1); err != nil {
+	if err := c.await(wordRingIn, base+1); err != nil {
 		return err
 	}
 	combine(k, op, dl[lo:hi], dl[lo:hi], sl[lo:hi])
@@ -324,8 +323,7 @@ func reducePair[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) err
 	if err := shmem.PutSignal(dst.Slice(lo, hi), dl[lo:hi], sig, base+2, shmem.SignalSet, other); err != nil {
 		return err
 	}
-	c.traceWait(wordRingIn, base+2)
-	return shmem.WaitUntil(c.words, wordRingIn, shmem.CmpGE, base+2)
+	return c.await(wordRingIn, base+2)
 }
 
 // reduceRing is the ring reduce-scatter + allgather of ringStep, for
@@ -353,8 +351,7 @@ func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) err
 	var buf []T
 	for s := 0; s < steps; s++ {
 		if s > 0 {
-			c.traceWait(wordRingIn, base+uint64(s))
-			if err := shmem.WaitUntil(c.words, wordRingIn, shmem.CmpGE, base+uint64(s)); err != nil {
+			if err := c.await(wordRingIn, base+uint64(s)); err != nil {
 				return err
 			}
 		}
@@ -435,8 +432,7 @@ func pushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, steps
 		if beforeLast != nil && s == steps-1 {
 			beforeLast()
 		}
-		c.traceWait(wordRingIn, base+uint64(s)+1)
-		if err := shmem.WaitUntil(c.words, wordRingIn, shmem.CmpGE, base+uint64(s)+1); err != nil {
+		if err := c.await(wordRingIn, base+uint64(s)+1); err != nil {
 			return err
 		}
 		if s < np-1 {
@@ -490,8 +486,7 @@ func reduceHalving[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) 
 		return shmem.PutSignal(dst.Slice(at, at+len(from)), from, sig, v, shmem.SignalSet, w)
 	}
 	wait := func(d int, v uint64) error {
-		c.traceWait(word(d), v)
-		return shmem.WaitUntil(c.words, word(d), shmem.CmpGE, v)
+		return c.await(word(d), v)
 	}
 	half := np / 2
 	for d := half; d >= 1; d /= 2 {
@@ -583,8 +578,7 @@ func reduceRootRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op,
 			traceSignal(c, dst.Slice(0, n), c.world(root), wordGather, shmem.SignalAdd, 1)
 			return shmem.PutSignal(dst.Slice(0, n), src.Local()[:n], gsig, 1, shmem.SignalAdd, c.world(root))
 		}
-		c.traceWait(wordGather, g0+1)
-		if err := shmem.WaitUntil(c.words, wordGather, shmem.CmpGE, g0+1); err != nil {
+		if err := c.await(wordGather, g0+1); err != nil {
 			return err
 		}
 		dl := dst.Local()
@@ -599,8 +593,7 @@ func reduceRootRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op,
 		return err
 	}
 	if c.me == root {
-		c.traceWait(wordGather, g0+uint64(np-1))
-		return shmem.WaitUntil(c.words, wordGather, shmem.CmpGE, g0+uint64(np-1))
+		return c.await(wordGather, g0+uint64(np-1))
 	}
 	lo, hi := partition(n, np, c.me)
 	traceSignal(c, dst.Slice(lo, hi), c.world(root), wordGather, shmem.SignalAdd, 1)

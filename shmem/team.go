@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/goshmem/goshmem/heap"
+	"github.com/goshmem/goshmem/internal/testhook"
 )
 
 // Team is an ordered subset of the job's PEs with its own numbering
@@ -157,6 +158,16 @@ func (t *Team) syncLocked() error {
 	return t.orderErr(err)
 }
 
+// reach is step s of this member's barrier (testhook.Step): before the
+// flat barrier's stores, before each dissemination round's store, before
+// a gather member's store and, on the gather's root, before its waits
+// (0) and before its release (1).
+func (t *Team) reach(s int) {
+	if h := testhook.Step.Load(); h != nil {
+		(*h)(t.pe.rank, s)
+	}
+}
+
 // A team's barrier algorithm.
 type syncAlg uint8
 
@@ -216,6 +227,7 @@ func (t *Team) syncFlat(e uint64) error {
 	pe := t.pe
 	n := len(t.members)
 	mine := heap.FlagOff(t.slot, t.me)
+	t.reach(0)
 	for s := 1; s < n; s++ {
 		if err := pe.storeWord(t.members[flatTo(n, t.me, s)], mine, e); err != nil {
 			return pe.goneErr(err)
@@ -267,6 +279,7 @@ func (t *Team) syncDissemination(e uint64) error {
 	for r := range syncRounds(n) {
 		to, from := syncRound(n, t.me, r)
 		off := heap.FlagOff(t.slot, r)
+		t.reach(r)
 		if err := pe.storeWord(t.members[to], off, e); err != nil {
 			return pe.goneErr(err)
 		}
@@ -307,6 +320,7 @@ const gatherSyncMax = 8
 func (t *Team) syncGather(e uint64) error {
 	pe := t.pe
 	n := len(t.members)
+	t.reach(0)
 	if t.me != 0 {
 		if err := pe.storeWord(t.members[0], heap.FlagOff(t.slot, gatherFlag(t.me)), e); err != nil {
 			return pe.goneErr(err)
@@ -334,6 +348,7 @@ func (t *Team) syncGather(e uint64) error {
 			return err
 		}
 	}
+	t.reach(1)
 	for j := 1; j < n; j++ {
 		if err := pe.storeWord(t.members[j], heap.FlagOff(t.slot, 0), e); err != nil {
 			return pe.goneErr(err)
