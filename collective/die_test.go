@@ -3,10 +3,14 @@ package collective
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -265,6 +269,10 @@ func dieRun(pe *shmem.PE, c dieCase, at, steps int, kill func(step int), report 
 	if err != nil {
 		return err
 	}
+	ready, err := shmem.Malloc[uint64](pe, 1)
+	if err != nil {
+		return err
+	}
 	dst, src := dAll.Slice(dieGuard, dieGuard+dl), sAll.Slice(dieGuard, dieGuard+sl)
 	d, s := dAll.Local(), sAll.Local()
 	for i := range d {
@@ -328,7 +336,19 @@ func dieRun(pe *shmem.PE, c dieCase, at, steps int, kill func(step int), report 
 		}
 		return nil
 	}
-	if me == victim {
+	// The victim enters the call it dies in only once every survivor is
+	// out of the counting call: a death is seen at once by every wait,
+	// even one whose data is on its way, so a victim that died right
+	// after it left the counting call could fail the others' (as it may
+	// in a program; here it would test nothing).
+	if me != victim {
+		if err := shmem.AtomicAdd(ready, 0, 1, w.WorldPE(victim)); err != nil {
+			return err
+		}
+	} else {
+		if err := shmem.WaitUntil(ready, 0, shmem.CmpGE, uint64(np-1)); err != nil {
+			return err
+		}
 		if got := int(h.steps.Load()); got != steps {
 			return fmt.Errorf("PE %d: the call took %d steps, and %d in the counting job", me, got, steps)
 		}
@@ -439,6 +459,109 @@ func TestDieMidCollective(t *testing.T) {
 				for _, at := range dieSteps(steps) {
 					t.Run("step"+strconv.Itoa(at), func(t *testing.T) {
 						verdicts, err := dieJob(t, c, at, steps, r.hosts)
+						dieJudge(t, c, verdicts, err)
+					})
+				}
+			})
+		}
+	}
+}
+
+// The processes route: the same job as separate processes of this test
+// binary. The victim kills itself with SIGKILL; the launcher then sends
+// SIGTERM to the others, and SIGKILL launch.DefaultGrace (2 s) later, so
+// the survivors ignore SIGTERM and write their verdicts into files, each
+// before that SIGKILL or not at all (a failure).
+const envDie = "GOSHMEM_COLLECTIVE_TEST_DIE" // case name, step, steps, verdict directory
+
+var _ = register("die", func(pe *shmem.PE) error {
+	f := strings.Split(os.Getenv(envDie), ",")
+	if len(f) != 4 {
+		return fmt.Errorf("%s=%q: want case,step,steps,dir", envDie, os.Getenv(envDie))
+	}
+	c, ok := dieCaseNamed(f[0])
+	at, err1 := strconv.Atoi(f[1])
+	steps, err2 := strconv.Atoi(f[2])
+	if !ok || err1 != nil || err2 != nil {
+		return fmt.Errorf("%s=%q: no such case or a bad number", envDie, os.Getenv(envDie))
+	}
+	signal.Ignore(syscall.SIGTERM)
+	me := pe.MyPE()
+	var werr error
+	report := func(v dieVerdict) {
+		line := fmt.Sprintf("ok %d", v.lostInCall)
+		switch {
+		case v.died:
+			line = fmt.Sprintf("died %d %d", v.at, v.steps)
+		case v.err != nil:
+			line = "error " + v.err.Error()
+		}
+		werr = os.WriteFile(filepath.Join(f[3], "pe"+strconv.Itoa(me)), []byte(line), 0o600)
+	}
+	kill := func(int) {
+		if werr == nil {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+	}
+	if err := dieRun(pe, c, at, steps, kill, report); err != nil {
+		return err
+	}
+	return werr
+})
+
+// dieProcesses runs case c with the victim dying at step at of steps as
+// processes on hosts (nil: one host) and returns the members' verdicts.
+func dieProcesses(t *testing.T, c dieCase, at, steps int, hosts []string) ([]dieVerdict, error) {
+	dir := t.TempDir()
+	runErr := scenarios.Processes(diePEs, "die", hosts,
+		envDie+"="+strings.Join([]string{c.name, strconv.Itoa(at), strconv.Itoa(steps), dir}, ","),
+		envAlgo+"="+c.algo, "GOSHMEM_TIMEOUT="+dieTimeout.String())
+	verdicts := make([]dieVerdict, diePEs)
+	for r := range verdicts {
+		b, err := os.ReadFile(filepath.Join(dir, "pe"+strconv.Itoa(r)))
+		if err != nil {
+			verdicts[r].err = fmt.Errorf("no verdict (%v); the job: %v", err, runErr)
+			continue
+		}
+		word, rest, _ := strings.Cut(string(b), " ")
+		v := &verdicts[r]
+		switch word {
+		case "died":
+			v.died = true
+			_, err = fmt.Sscanf(rest, "%d %d", &v.at, &v.steps)
+		case "ok":
+			_, err = fmt.Sscanf(rest, "%d", &v.lostInCall)
+		default:
+			err = errors.New(rest)
+		}
+		if err != nil {
+			v.err = err
+		}
+	}
+	return verdicts, runErr
+}
+
+// Separate processes: on one host (the liveness link tells of a killed
+// PE) and on pretend hosts in pairs (the TCP link does, for the PE on
+// the other host). Steps are counted by a goroutine job on the same
+// hosts; the victim checks its count. Under -short, only the death after
+// the entry exchange (or at the only step) of each case.
+func TestDieMidCollectiveProcesses(t *testing.T) {
+	routes := []struct {
+		name  string
+		hosts []string
+	}{{"processes", nil}, {"processes-mixed", scenario.Hosts("mixed", diePEs)}}
+	for _, r := range routes {
+		for _, c := range dieCases {
+			t.Run(r.name+"/"+c.name, func(t *testing.T) {
+				steps := dieCount(t, c, r.hosts)
+				at := dieSteps(steps)
+				if small {
+					at = at[len(at)/2 : len(at)/2+1]
+				}
+				for _, at := range at {
+					t.Run("step"+strconv.Itoa(at), func(t *testing.T) {
+						verdicts, err := dieProcesses(t, c, at, steps, r.hosts)
 						dieJudge(t, c, verdicts, err)
 					})
 				}

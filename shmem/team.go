@@ -373,14 +373,15 @@ func gatherWaiting(n, from int, e uint64, flag func(j int) uint64) int {
 	return flatWaiting(n, 0, max(from, 1), e, flag)
 }
 
-// goneErr turns the error of a barrier signal to a remote peer that
-// said goodbye into the job's error: a barrier with a PE that has
-// finalized while this one runs cannot complete (checkRemoteGone).
+// goneErr turns the error of an operation of a barrier or collective
+// call on the link of a remote peer that said goodbye into the job's
+// error: a collective with a PE that has finalized while this one runs
+// cannot complete (checkRemoteGone).
 func (pe *PE) goneErr(err error) error {
-	if errors.Is(err, ErrFinalized) && pe.running() {
+	if errors.Is(err, ErrFinalized) && !errors.Is(err, ErrPeerLost) && pe.running() {
 		pe.checkRemoteGone()
 		if b := pe.brokenErr(); b != nil {
-			return fmt.Errorf("shmem: PE %d in a barrier: %w", pe.rank, b)
+			return fmt.Errorf("shmem: PE %d in a collective call: %v: %w", pe.rank, err, b)
 		}
 	}
 	return err

@@ -68,9 +68,12 @@ func (t *Team) BeginCollective() error {
 // EndCollective ends the call BeginCollective started; err is the
 // call's result, which it returns, under SHMEM_DEBUG with ErrAsymmetric
 // added when a timeout came of PEs making their collective calls on
-// different teams in different orders (docs/env.md, SHMEM_DEBUG).
+// different teams in different orders (docs/env.md, SHMEM_DEBUG). An
+// ErrFinalized of an operation on the link of a member that said
+// goodbye while this PE runs becomes the job's ErrPeerLost, as in a
+// barrier (goneErr): no collective with that member can complete.
 func (t *Team) EndCollective(err error) error {
-	err = t.orderErr(err)
+	err = t.orderErr(t.pe.goneErr(err))
 	t.mu.Unlock()
 	return err
 }
