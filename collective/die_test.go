@@ -410,9 +410,21 @@ func dieJob(t *testing.T, c dieCase, at, steps int, hosts []string) ([]dieVerdic
 	if hosts != nil {
 		opts = append(opts, shmem.WithHosts(hosts))
 	}
-	err := shmem.Run(diePEs, func(pe *shmem.PE) error {
-		return dieRun(pe, c, at, steps, func(int) { panic(errDied) }, func(v dieVerdict) { verdicts[pe.MyPE()] = v })
-	}, opts...)
+	// A wait the PE timeout does not bound (a loop outside shmem's
+	// waits) would hang the job: the test fails at three timeouts,
+	// leaving the job's goroutines behind.
+	done := make(chan error, 1)
+	go func() {
+		done <- shmem.Run(diePEs, func(pe *shmem.PE) error {
+			return dieRun(pe, c, at, steps, func(int) { panic(errDied) }, func(v dieVerdict) { verdicts[pe.MyPE()] = v })
+		}, opts...)
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(3 * dieTimeout):
+		t.Fatalf("the job has not ended after %v: a PE waits forever", 3*dieTimeout)
+	}
 	if errors.Is(err, shmem.ErrInvalid) && strings.Contains(err.Error(), "netmesh") {
 		t.Skipf("remote PEs are not built: %v", err)
 	}
