@@ -292,6 +292,9 @@ func (c *call) exchange(msg []byte, merge func(in []byte)) error {
 		c.fold(msg, in, merge)
 	}
 	for r := 0; r < g.rounds; r++ {
+		if r > 0 {
+			c.reach() // each round of recursive doubling is a step
+		}
 		partner := me ^ (1 << r)
 		if err := c.send(msg, partner, par, slotRound+r, k, shmem.SignalSet); err != nil {
 			return err

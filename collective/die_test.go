@@ -53,6 +53,7 @@ const (
 type dieCase struct {
 	name           string
 	algo           string // GOSHMEM_COLLECTIVE_ALGO; "" for auto
+	pes            int    // the job's size; 0 for diePEs
 	victim         func(np int) int
 	dstLen, srcLen func(np int) int
 	call           func(t *shmem.Team, dst, src shmem.Sym[float64]) error
@@ -166,6 +167,9 @@ var dieCases = func() []dieCase {
 	}
 	add("barrier/last", "", nil, barrier(last))
 	add("barrier/first", "", nil, barrier(first)) // the gather barrier's root across hosts
+	b9 := barrier(func(int) int { return 5 })
+	b9.pes = 9 // dissemination across hosts (flat on one)
+	add("barrier/9", "", nil, b9)
 	add("broadcast/small", "", last, bcast(4, 0))
 	add("broadcast/pieces", "rd", first, bcast(200, 0)) // the root dies
 	add("broadcast/large", "", last, bcast(dieLarge, 0))
@@ -173,6 +177,12 @@ var dieCases = func() []dieCase {
 	add("reduce/small", "", last, reduceTo(4, 0))
 	add("reduce/large", "", last, reduceTo(dieLarge, 0))
 	add("allreduce/small", "", last, allreduce(4))
+	rd9 := allreduce(4)
+	rd9.pes = 9 // recursive doubling, with an extra member
+	add("allreduce/small9", "", first, rd9)
+	rd9 = allreduce(200)
+	rd9.pes = 9
+	add("allreduce/pieces9", "rd", first, rd9)
 	add("allreduce/pieces", "rd", last, allreduce(200))
 	add("allreduce/large", "", last, allreduce(dieLarge))
 	add("allreduce/ring", "ring", last, allreduce(dieLarge))
@@ -188,6 +198,22 @@ var dieCases = func() []dieCase {
 	add("alltoalls/large", "", first, alltoallS(dieLarge/diePEs))
 	return cs
 }()
+
+func (c dieCase) np() int {
+	if c.pes == 0 {
+		return diePEs
+	}
+	return c.pes
+}
+
+// dieHosts are the pretend hosts of a job of np PEs: kind "" for one
+// host, else as scenario.Hosts.
+func dieHosts(kind string, np int) []string {
+	if kind == "" {
+		return nil
+	}
+	return scenario.Hosts(kind, np)
+}
 
 func dieCaseNamed(name string) (dieCase, bool) {
 	for _, c := range dieCases {
@@ -393,7 +419,7 @@ func dieCount(t *testing.T, c dieCase, hosts []string) int {
 	if err != nil {
 		t.Fatalf("the counting job: %v", err)
 	}
-	steps := verdicts[c.victim(diePEs)].steps
+	steps := verdicts[c.victim(c.np())].steps
 	if steps < 1 {
 		t.Fatalf("the victim took %d steps", steps)
 	}
@@ -405,7 +431,7 @@ func dieJob(t *testing.T, c dieCase, at, steps int, hosts []string) ([]dieVerdic
 	t.Helper()
 	t.Setenv(envAlgo, c.algo)
 	defer testhook.Step.Store(nil)
-	verdicts := make([]dieVerdict, diePEs)
+	verdicts := make([]dieVerdict, c.np())
 	opts := []shmem.Option{shmem.WithTimeout(dieTimeout), shmem.WithHeapSize(4 << 20)}
 	if hosts != nil {
 		opts = append(opts, shmem.WithHosts(hosts))
@@ -415,7 +441,7 @@ func dieJob(t *testing.T, c dieCase, at, steps int, hosts []string) ([]dieVerdic
 	// leaving the job's goroutines behind.
 	done := make(chan error, 1)
 	go func() {
-		done <- shmem.Run(diePEs, func(pe *shmem.PE) error {
+		done <- shmem.Run(c.np(), func(pe *shmem.PE) error {
 			return dieRun(pe, c, at, steps, func(int) { panic(errDied) }, func(v dieVerdict) { verdicts[pe.MyPE()] = v })
 		}, opts...)
 	}()
@@ -462,15 +488,16 @@ func dieJudge(t *testing.T, c dieCase, verdicts []dieVerdict, runErr error) {
 func TestDieMidCollective(t *testing.T) {
 	routes := []struct {
 		name  string
-		hosts []string
-	}{{"goroutines", nil}, {"tcp", scenario.Hosts("remote", diePEs)}}
+		hosts string
+	}{{"goroutines", ""}, {"tcp", "remote"}}
 	for _, r := range routes {
 		for _, c := range dieCases {
 			t.Run(r.name+"/"+c.name, func(t *testing.T) {
-				steps := dieCount(t, c, r.hosts)
+				hosts := dieHosts(r.hosts, c.np())
+				steps := dieCount(t, c, hosts)
 				for _, at := range dieSteps(steps) {
 					t.Run("step"+strconv.Itoa(at), func(t *testing.T) {
-						verdicts, err := dieJob(t, c, at, steps, r.hosts)
+						verdicts, err := dieJob(t, c, at, steps, hosts)
 						dieJudge(t, c, verdicts, err)
 					})
 				}
@@ -525,10 +552,10 @@ var _ = register("die", func(pe *shmem.PE) error {
 // processes on hosts (nil: one host) and returns the members' verdicts.
 func dieProcesses(t *testing.T, c dieCase, at, steps int, hosts []string) ([]dieVerdict, error) {
 	dir := t.TempDir()
-	runErr := scenarios.Processes(diePEs, "die", hosts,
+	runErr := scenarios.Processes(c.np(), "die", hosts,
 		envDie+"="+strings.Join([]string{c.name, strconv.Itoa(at), strconv.Itoa(steps), dir}, ","),
 		envAlgo+"="+c.algo, "GOSHMEM_TIMEOUT="+dieTimeout.String())
-	verdicts := make([]dieVerdict, diePEs)
+	verdicts := make([]dieVerdict, c.np())
 	for r := range verdicts {
 		b, err := os.ReadFile(filepath.Join(dir, "pe"+strconv.Itoa(r)))
 		if err != nil {
@@ -556,24 +583,28 @@ func dieProcesses(t *testing.T, c dieCase, at, steps int, hosts []string) ([]die
 // Separate processes: on one host (the liveness link tells of a killed
 // PE) and on pretend hosts in pairs (the TCP link does, for the PE on
 // the other host). Steps are counted by a goroutine job on the same
-// hosts; the victim checks its count. Under -short, only the death after
-// the entry exchange (or at the only step) of each case.
+// hosts; the victim checks its count.
 func TestDieMidCollectiveProcesses(t *testing.T) {
 	routes := []struct {
 		name  string
-		hosts []string
-	}{{"processes", nil}, {"processes-mixed", scenario.Hosts("mixed", diePEs)}}
+		hosts string
+	}{{"processes", ""}, {"processes-mixed", "mixed"}}
 	for _, r := range routes {
 		for _, c := range dieCases {
 			t.Run(r.name+"/"+c.name, func(t *testing.T) {
-				steps := dieCount(t, c, r.hosts)
-				at := dieSteps(steps)
-				if small {
-					at = at[len(at)/2 : len(at)/2+1]
+				hosts := dieHosts(r.hosts, c.np())
+				steps := dieCount(t, c, hosts)
+				// Two death points (after the entry exchange and before
+				// the last step), one under -short: a process job costs
+				// tens of milliseconds.
+				all := dieSteps(steps)
+				at := []int{all[min(1, len(all)-1)]}
+				if !small && all[len(all)-1] != at[0] {
+					at = append(at, all[len(all)-1])
 				}
 				for _, at := range at {
 					t.Run("step"+strconv.Itoa(at), func(t *testing.T) {
-						verdicts, err := dieProcesses(t, c, at, steps, r.hosts)
+						verdicts, err := dieProcesses(t, c, at, steps, hosts)
 						dieJudge(t, c, verdicts, err)
 					})
 				}
