@@ -29,7 +29,7 @@ type call struct {
 	// local is this PE's own argument error, if any; the call still
 	// takes part in the entry exchange so the others learn of it.
 	local error
-	step  int // the waits passed so far (reach)
+	step  int // the steps passed so far (reach)
 }
 
 func (c *call) begin(t *shmem.Team) error {

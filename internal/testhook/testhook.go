@@ -21,8 +21,9 @@ var Apply atomic.Pointer[func(rank, from, slot, stream int)]
 // step's number within the call (from 0; the same for a given call, team
 // and algorithm): by collective/ at the start of each exchange and of
 // each of its recursive-doubling rounds (before this PE sends its
-// message) and before each ring, pair, halving or gather wait; by shmem's team barrier before each round's store and,
-// on a gather barrier's root, before its release (step 1). A test that
-// stops the PE there (a panic in a goroutine PE, a kill of a process)
-// makes it die at that step of the algorithm.
+// message) and before each ring, pair, halving or gather wait; by
+// shmem's team barrier (Team.Sync, and so also the runtime's own uses of
+// it) before each round's store and, on a gather barrier's root, before
+// its release (step 1). A test that stops the PE there (a panic in a
+// goroutine PE, a kill of a process) makes it die at that step.
 var Step atomic.Pointer[func(rank, step int)]
