@@ -36,12 +36,15 @@ import (
 // (nobody else writes there); every atomic add is counted once (after
 // each round, the counters on all PEs add up to the adds issued); every
 // signal and WaitUntil word holds exactly the value its round implies,
-// and each signal's data is the message it guards. Checked for leaks:
-// after a warm-up, the goroutine count at that sampling point never
-// rises above what it was at the end of the warm-up; the second half's
-// peak live heap and RSS are not above the first half's by more than a
-// small margin (soakHeapSlack, soakRSSSlack); after the job, the
-// process is back to its goroutine count from before the job.
+// and each signal's data is the message it guards. Checked for leaks,
+// in each process: after a warm-up, the fewest goroutines at that
+// sampling point in any window of soakCtxEvery rounds is no more than in
+// the warm-up's last window (soakCheck says why the floor); the second
+// half's peak live heap and RSS are not above the first half's by more
+// than a small margin (soakHeapSlack, soakRSSSlack); after the job the
+// process is back to its goroutine count from before it (a PE process
+// at once after Finalize; the test process within 10 s of shmem.Run
+// returning, see soakSettle).
 //
 // It runs in goroutine PEs (one process) and as separate processes of
 // this test binary on pretend hosts, every PE on a host of its own and
