@@ -1,0 +1,5 @@
+//go:build !race
+
+package shmem_test
+
+const soakRace = false
