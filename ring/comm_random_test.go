@@ -369,18 +369,11 @@ func TestCommRandom(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d (replay: %s=%d go test -run TestCommRandom ./ring/)", seed, envSeed, seed)
-	t.Setenv(envSeed, strconv.FormatUint(seed, 10))
 	for _, r := range routes {
 		for _, n := range []int{2, 3} {
 			for _, name := range []string{"comm-random", "comm-random-sub"} {
 				t.Run(r.name+"/"+strconv.Itoa(n)+"/"+name, func(t *testing.T) {
-					var err error
-					if r.name == "processes" {
-						err = scenarios.Processes(n, name, nil, envSmall+"="+map[bool]string{false: "0", true: "1"}[small],
-							envSeed+"="+strconv.FormatUint(seed, 10))
-					} else {
-						err = r.run(t, n, name, scenarios.Get(name))
-					}
+					err := r.run(t, n, name, scenarios.Get(name), []string{envSeed + "=" + strconv.FormatUint(seed, 10)})
 					if err != nil {
 						t.Fatalf("seed %d: %v", seed, err)
 					}

@@ -15,8 +15,9 @@ import (
 
 // The behavioural tests are scenarios (internal/scenario): written once
 // as a function of one PE and run over every route below — goroutine PEs,
-// separate processes, and pretend hosts all apart (TCP) or in pairs
-// (mixed).
+// separate processes, goroutine PEs on pretend hosts all apart (TCP) or
+// in pairs (mixed), and separate processes on pretend hosts in pairs
+// (processes-mixed).
 type scenarioFunc = scenario.Func
 
 const (
@@ -54,28 +55,47 @@ func scaled(n, div int) int {
 	return n
 }
 
-// route is a way of running a scenario on n PEs.
+// route is a way of running a scenario on n PEs, with env ("K=V") set
+// for it: in this process (the goroutine routes) or added to every
+// child's environment (the process routes).
 type route struct {
 	name string
-	run  func(t *testing.T, n int, name string, s scenarioFunc) error
+	run  func(t *testing.T, n int, name string, s scenarioFunc, env []string) error
 }
 
 var routes = []route{
-	{"goroutines", func(t *testing.T, n int, name string, s scenarioFunc) error {
+	{"goroutines", func(t *testing.T, n int, name string, s scenarioFunc, env []string) error {
+		setenv(t, env)
 		return shmem.Run(n, s, shmem.WithTimeout(60*time.Second), shmem.WithHeapSize(16<<20))
 	}},
-	{"processes", func(t *testing.T, n int, name string, s scenarioFunc) error {
-		return runProcesses(t, n, name)
+	{"processes", func(t *testing.T, n int, name string, s scenarioFunc, env []string) error {
+		return runProcesses(t, n, name, nil, env)
 	}},
 	// Every PE on a pretend host of its own: every lane runs over TCP.
-	{"tcp", func(t *testing.T, n int, name string, s scenarioFunc) error {
+	{"tcp", func(t *testing.T, n int, name string, s scenarioFunc, env []string) error {
+		setenv(t, env)
 		return runHosts(t, n, s, scenario.Hosts("remote", n))
 	}},
 	// Pairs of PEs per pretend host: lanes over shared memory and TCP in
 	// one job.
-	{"mixed", func(t *testing.T, n int, name string, s scenarioFunc) error {
+	{"mixed", func(t *testing.T, n int, name string, s scenarioFunc, env []string) error {
+		setenv(t, env)
 		return runHosts(t, n, s, scenario.Hosts("mixed", n))
 	}},
+	// Separate processes in pairs per pretend host: the lanes between
+	// hosts run over netmesh's sockets between OS processes, as on real
+	// machines.
+	{"processes-mixed", func(t *testing.T, n int, name string, s scenarioFunc, env []string) error {
+		return runProcesses(t, n, name, scenario.Hosts("mixed", n), env)
+	}},
+}
+
+// setenv sets env ("K=V" entries) for the rest of test t.
+func setenv(t *testing.T, env []string) {
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
 }
 
 // runHosts runs s on goroutine PEs placed on pretend hosts.
@@ -89,10 +109,10 @@ func runHosts(t *testing.T, n int, s scenarioFunc, hosts []string) error {
 }
 
 // runProcesses launches n copies of this test binary as a job running
-// scenario name.
-func runProcesses(t *testing.T, n int, name string) error {
+// scenario name, on hosts (nil: all on this host) with env added.
+func runProcesses(t *testing.T, n int, name string, hosts []string, env []string) error {
 	t.Helper()
-	return scenarios.Processes(n, name, nil, envSmall+"="+map[bool]string{false: "0", true: "1"}[small])
+	return scenarios.Processes(n, name, hosts, append(env, envSmall+"="+map[bool]string{false: "0", true: "1"}[small])...)
 }
 
 // each runs scenario name on every route for every PE count.
@@ -104,7 +124,7 @@ func each(t *testing.T, name string, counts ...int) {
 	for _, r := range routes {
 		for _, n := range counts {
 			t.Run(r.name+"/"+strconv.Itoa(n), func(t *testing.T) {
-				if err := r.run(t, n, name, s); err != nil {
+				if err := r.run(t, n, name, s, nil); err != nil {
 					t.Fatal(err)
 				}
 			})
