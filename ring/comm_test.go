@@ -14,7 +14,7 @@ import (
 )
 
 // Comm scenarios, each run over every route (goroutines, processes, TCP,
-// mixed) by each().
+// mixed, processes-mixed) by each().
 
 // fillMsg fills b with the bytes of message k from rank src with tag: a
 // message delivered to the wrong receive, out of order or mangled fails
