@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -116,12 +117,19 @@ func runProcesses(t *testing.T, n int, name string, hosts []string, env []string
 }
 
 // each runs scenario name on every route for every PE count.
-func each(t *testing.T, name string, counts ...int) {
+func each(t *testing.T, name string, counts ...int) { eachOn(t, name, nil, counts...) }
+
+// eachOn runs scenario name on the routes named (nil: every route) for
+// every PE count.
+func eachOn(t *testing.T, name string, names []string, counts ...int) {
 	s := scenarios.Get(name)
 	if s == nil {
 		t.Fatalf("no scenario %q", name)
 	}
 	for _, r := range routes {
+		if names != nil && !slices.Contains(names, r.name) {
+			continue
+		}
 		for _, n := range counts {
 			t.Run(r.name+"/"+strconv.Itoa(n), func(t *testing.T) {
 				if err := r.run(t, n, name, s, nil); err != nil {
