@@ -252,11 +252,47 @@ var _ = register("comm-bad", func(pe *shmem.PE) error {
 			return fmt.Errorf("Probe with tag %d: %v", tag, err)
 		}
 	}
-	if _, err := Recv(bg(), c, n, 0, []byte{1}); !errors.Is(err, shmem.ErrBadPE) {
-		return fmt.Errorf("Recv from %d: %v", n, err)
+	for _, from := range []int{n, AnySource - 1} {
+		if _, err := Recv(bg(), c, from, 0, []byte{1}); !errors.Is(err, shmem.ErrBadPE) {
+			return fmt.Errorf("Recv from %d: %v", from, err)
+		}
+		if _, err := Probe(bg(), c, from, 0); !errors.Is(err, shmem.ErrBadPE) {
+			return fmt.Errorf("Probe from %d: %v", from, err)
+		}
+		if _, err := SendRecv(bg(), c, 0, 0, []byte{1}, from, 0, []byte{1}); !errors.Is(err, shmem.ErrBadPE) {
+			return fmt.Errorf("SendRecv from %d: %v", from, err)
+		}
 	}
 	if _, err := SendRecv(bg(), c, n, 0, []byte{1}, 0, 0, []byte{1}); !errors.Is(err, shmem.ErrBadPE) {
 		return fmt.Errorf("SendRecv to %d: %v", n, err)
+	}
+	if _, err := SendRecv(bg(), c, AnySource, 0, []byte{1}, 0, 0, []byte{1}); !errors.Is(err, shmem.ErrBadPE) {
+		return fmt.Errorf("SendRecv to AnySource: %v", err)
+	}
+	// SendRecv's tags: the send's may not be AnyTag; neither may be
+	// outside 0..MaxTag otherwise. Each refused call sends nothing (see
+	// the Probe below).
+	for _, tags := range [][2]int{{AnyTag, 0}, {-2, 0}, {MaxTag + 1, 0}, {0, -2}, {0, MaxTag + 1}} {
+		if _, err := SendRecv(bg(), c, 0, tags[0], []byte{1}, 0, tags[1], []byte{1}); !errors.Is(err, shmem.ErrInvalid) {
+			return fmt.Errorf("SendRecv with send tag %d, receive tag %d: %v", tags[0], tags[1], err)
+		}
+	}
+	// Nothing of the refused calls reached rank 0: after a barrier
+	// (what each PE sent before it has arrived: the lanes' rule) a
+	// Probe finds nothing.
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	if c.Rank() == 0 {
+		ctx, cancel := context.WithTimeout(bg(), 50*time.Millisecond)
+		st, err := Probe(ctx, c, AnySource, AnyTag)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("Probe after the refused calls: %+v, %v (a refused call sent something)", st, err)
+		}
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
 	}
 	//lint:ignore SA1012 a nil context is the misuse under test
 	if err := Send(nil, c, 0, 0, []byte{1}); !errors.Is(err, shmem.ErrInvalid) { //nolint:staticcheck
@@ -323,8 +359,8 @@ func TestCommShift(t *testing.T) {
 	eachOn(t, "comm-shift", []string{"goroutines", "mixed"}, 4, 5, 6, 7, 8)
 }
 
-// comm-order: non-overtaking over 10k messages (500 under -short and
-// -race). PE 0 sends message i with tag i%3; every 100th message of tag
+// comm-order: non-overtaking over at least 10k messages (10,002, a
+// whole number of groups of three; 501 under -short and -race). PE 0 sends message i with tag i%3; every 100th message of tag
 // 2 is a rendezvous one. PE 1 takes each group of three in the order of
 // tags 2, 1, 0, so tags 0 and 1 always wait in the queue; each tag's
 // messages must come in the order sent.
@@ -333,7 +369,7 @@ var _ = register("comm-order", func(pe *shmem.PE) error {
 	if err != nil {
 		return err
 	}
-	total := scaled(10000, 20) / 3 * 3
+	total := (scaled(10000, 20) + 2) / 3 * 3
 	sizeOf := func(i int) int {
 		if i%3 == 2 && i%300 == 2 {
 			return c.EagerLimit() + 1 + i%7
