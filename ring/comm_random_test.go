@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"strconv"
 	"sync"
 	"testing"
@@ -14,8 +15,9 @@ import (
 )
 
 // The randomized Comm test: every PE sends random messages (sizes from 0
-// to three times the eager limit, tags 0..3, three element kinds) to
-// every PE, itself included, one goroutine per destination; every PE
+// to three times the eager limit; tags 0..3, shared by every source, and
+// 4+s, private to source s; three element kinds) to every PE, itself
+// included, one goroutine per destination; every PE
 // receives with random specifications (a source or AnySource, a tag or
 // AnyTag), Probes, wrong element types and short buffers, and checks
 // every result against a serial model of the matching rules:
@@ -28,11 +30,22 @@ import (
 //
 // The receiver chooses only specifications that some sent message can
 // satisfy without waiting for one of its own later receives (a
-// rendezvous message blocks its sender's later messages to this PE until
-// it is received), so a hang is a bug. The seed is printed; set
-// GOSHMEM_RING_TEST_SEED to replay it (wildcard receives depend on
-// arrival order, so a replay has the same messages and the same
-// choices where the results agree).
+// rendezvous message may block its sender's later messages to this PE
+// until it is received), so a hang is a bug.
+//
+// Replay: the receives are a schedule computed from the seed alone
+// before any message moves (randomSchedule), and every result must be
+// the one the schedule names. A wildcard receive's result would depend
+// on arrival order when several sources' messages can match it, so the
+// schedule receives from AnySource only where no other source has an
+// unreceived message of the receive's tag (other sources' messages of
+// other tags are queued beside it: private tags make this common), and
+// with AnyTag only where one source has messages left. So the same seed
+// makes the same calls with the same results, in the same order, on
+// every run (TestCommRandomSchedule). Wildcard receives with a real
+// choice of source are TestCommAnySource's, whose check accepts any
+// legal match. The seed is printed; set GOSHMEM_RING_TEST_SEED to replay
+// it.
 
 const envSeed = "GOSHMEM_RING_TEST_SEED"
 
@@ -65,7 +78,11 @@ func randomPlan(seed uint64, n, eager, count int) [][][]rmsg {
 				default:
 					bytes = rng.IntN(300)
 				}
-				plan[s][d] = append(plan[s][d], rmsg{tag: rng.IntN(4), kind: kind, elems: bytes / kindSize[kind]})
+				tag := rng.IntN(6)
+				if tag >= 4 {
+					tag = 4 + s // s's private tag
+				}
+				plan[s][d] = append(plan[s][d], rmsg{tag: tag, kind: kind, elems: bytes / kindSize[kind]})
 			}
 		}
 	}
@@ -235,13 +252,12 @@ func randomOn(pe *shmem.PE, c *Comm, seed uint64) error {
 			}
 		}()
 	}
-	m := &model{in: make([][]rmsg, n), got: make([][]bool, n)}
+	in := make([][]rmsg, n)
 	for s := range n {
-		m.in[s], m.got[s] = plan[s][me], make([]bool, len(plan[s][me]))
-		m.left += len(plan[s][me])
+		in[s] = plan[s][me]
 	}
-	rng := rand.New(rand.NewPCG(seed, uint64(me)+1))
-	if err := receiveRandom(c, m, rng, eager); err != nil {
+	sched := randomSchedule(seed, me, in, eager)
+	if err := receiveRandom(c, in, sched); err != nil {
 		// Not waiting for the senders: a rendezvous Send may wait for
 		// a receive that will not come. The job fails anyway.
 		return fmt.Errorf("seed %d: %w", seed, err)
@@ -249,40 +265,134 @@ func randomOn(pe *shmem.PE, c *Comm, seed uint64) error {
 	return firstErr(&wg, errs)
 }
 
-// receiveRandom receives everything m expects with random
-// specifications, checking each result against m.
-func receiveRandom(c *Comm, m *model, rng *rand.Rand, eager int) error {
-	n := len(m.in)
-	for step := 0; m.left > 0; step++ {
+// rstep is one receive of the schedule: Recv(from, tag) into elems
+// elements of kind, Probed first if probe, which must get message k of
+// source s (a wrong kind or a short buffer fails, and the message is
+// then received properly).
+type rstep struct {
+	from, tag   int
+	probe       bool
+	kind, elems int
+	s, k        int
+}
+
+func newModel(in [][]rmsg) *model {
+	m := &model{in: in, got: make([][]bool, len(in))}
+	for s := range in {
+		m.got[s] = make([]bool, len(in[s]))
+		m.left += len(in[s])
+	}
+	return m
+}
+
+// randomSchedule is PE me's receives of in (in[s]: what s sends it): a
+// pure function of its arguments. Each step names the message it must
+// get, so a receive whose result would depend on arrival order (a
+// wildcard source with two sources' messages able to match) is never
+// chosen.
+func randomSchedule(seed uint64, me int, in [][]rmsg, eager int) []rstep {
+	m := newModel(in)
+	n := len(in)
+	rng := rand.New(rand.NewPCG(seed, uint64(me)+1))
+	var sched []rstep
+	for m.left > 0 {
 		// The heads that can come without this PE receiving anything
 		// else first.
 		type cand struct{ s, k int }
 		var ready []cand
 		for s := range n {
-			for tag := range 4 {
+			for tag := range 4 + n {
 				if k := m.head(s, tag); k >= 0 && m.available(s, k, eager) {
 					ready = append(ready, cand{s, k})
 				}
 			}
 		}
 		if len(ready) == 0 {
-			return fmt.Errorf("step %d: %d messages left but none can come (test bug)", step, m.left)
+			panic(fmt.Sprintf("randomSchedule: %d messages left but none can come", m.left))
 		}
-		pick := ready[rng.IntN(len(ready))]
-		msg := m.in[pick.s][pick.k]
-		from, tag := pick.s, msg.tag
-		switch rng.IntN(6) {
-		case 0:
-			from = AnySource
-		case 1:
-			from, tag = AnySource, AnyTag
-		case 2:
-			if m.head(pick.s, AnyTag) == pick.k {
-				tag = AnyTag
+		// only: c is the one message (from AnySource, tag) can get.
+		// Another source with an unreceived message of that tag rules
+		// it out even when the model says that message cannot have been
+		// sent yet (behind a rendezvous one): "available" is a lower
+		// bound on what has arrived (Send may return early, as a
+		// self-send of any size does), not an upper one.
+		only := func(c cand, tag int) bool {
+			for s := range n {
+				if s != c.s && m.head(s, tag) >= 0 {
+					return false
+				}
+			}
+			return tag != AnyTag || m.head(c.s, AnyTag) == c.k
+		}
+		// Which receive: 0, from AnySource; 1, from AnySource with
+		// AnyTag (or, where no message is the only match for that,
+		// with its tag); 2, from its source with AnyTag where it is the
+		// oldest; else from its source with its tag. A wildcard source
+		// picks among the messages it can only get (private tags make
+		// them common); where there are none, the receive names its
+		// source.
+		how := rng.IntN(6)
+		var pool []cand
+		for _, c := range ready {
+			if how == 1 && only(c, AnyTag) {
+				pool = append(pool, c)
 			}
 		}
-		what := fmt.Sprintf("step %d: receive (from %d, tag %d)", step, from, tag)
-		if rng.IntN(4) == 0 {
+		if how == 1 && len(pool) == 0 {
+			how = 0
+		}
+		for _, c := range ready {
+			if how == 0 && only(c, m.in[c.s][c.k].tag) {
+				pool = append(pool, c)
+			}
+		}
+		if len(pool) == 0 {
+			pool = ready
+			if how <= 1 {
+				how = 3
+			}
+		}
+		pick := pool[rng.IntN(len(pool))]
+		msg := m.in[pick.s][pick.k]
+		st := rstep{from: pick.s, tag: msg.tag, s: pick.s, k: pick.k}
+		switch how {
+		case 0:
+			st.from = AnySource
+		case 1:
+			st.from, st.tag = AnySource, AnyTag
+		case 2:
+			if m.head(pick.s, AnyTag) == pick.k {
+				st.tag = AnyTag
+			}
+		}
+		st.probe = rng.IntN(4) == 0
+		// Wildcard sources receive bytes first: another kind is
+		// ErrInvalid, and the status says which message it was.
+		st.kind, st.elems = msg.kind, msg.elems
+		if st.from == AnySource {
+			st.kind, st.elems = 0, 3*eager+8
+		} else if rng.IntN(8) == 0 {
+			st.kind = (st.kind + 1) % 3
+		} else if rng.IntN(8) == 0 && st.elems > 0 {
+			st.elems--
+		}
+		sched = append(sched, st)
+		m.got[pick.s][pick.k] = true
+		m.left--
+	}
+	return sched
+}
+
+// receiveRandom runs the schedule, checking each result against the
+// model and against the message the step names.
+func receiveRandom(c *Comm, in [][]rmsg, sched []rstep) error {
+	m := newModel(in)
+	for step, rs := range sched {
+		from, tag := rs.from, rs.tag
+		want := m.in[rs.s][rs.k]
+		wantSt := Status{Source: rs.s, Tag: want.tag, Bytes: want.elems * kindSize[want.kind]}
+		what := fmt.Sprintf("step %d: receive (from %d, tag %d) of message %d from %d", step, from, tag, rs.k, rs.s)
+		if rs.probe {
 			st, err := Probe(bg(), c, from, tag)
 			if err != nil {
 				return fmt.Errorf("%s: Probe: %w", what, err)
@@ -290,42 +400,33 @@ func receiveRandom(c *Comm, m *model, rng *rand.Rand, eager int) error {
 			if err := m.check(st, from, tag, nil); err != nil {
 				return fmt.Errorf("%s: Probe: %w", what, err)
 			}
-		}
-		// Wildcard sources receive bytes first: another kind is
-		// ErrInvalid, and the status says which message it was.
-		kind, elems := msg.kind, msg.elems
-		if from == AnySource {
-			kind, elems = 0, 3*eager+8
-		} else if rng.IntN(8) == 0 {
-			kind = (kind + 1) % 3
-		} else if rng.IntN(8) == 0 && elems > 0 {
-			elems--
-		}
-		st, data, err := recvKind(c, from, tag, kind, elems)
-		if err != nil {
-			if !errors.Is(err, shmem.ErrInvalid) && !errors.Is(err, ErrTruncated) {
-				return fmt.Errorf("%s: %w", what, err)
+			if st != wantSt {
+				return fmt.Errorf("%s: Probe: status %+v, want %+v", what, st, wantSt)
 			}
-			k := m.head(st.Source, st.Tag)
-			if k < 0 {
-				return fmt.Errorf("%s: %v with status %+v, which names no message", what, err, st)
+		}
+		st, data, err := recvKind(c, from, tag, rs.kind, rs.elems)
+		badKind, short := want.kind != rs.kind, want.kind == rs.kind && want.elems > rs.elems
+		if err != nil || badKind || short {
+			if errors.Is(err, shmem.ErrInvalid) != badKind || errors.Is(err, ErrTruncated) != short {
+				return fmt.Errorf("%s: %v, but the message is %d elements of kind %d, the receive %d of kind %d", what, err, want.elems, want.kind, rs.elems, rs.kind)
 			}
-			want := m.in[st.Source][k]
-			if errors.Is(err, shmem.ErrInvalid) == (want.kind == kind) ||
-				errors.Is(err, ErrTruncated) != (want.kind == kind && want.elems > elems) {
-				return fmt.Errorf("%s: %v, but the message is %d elements of kind %d, the receive %d of kind %d", what, err, want.elems, want.kind, elems, kind)
+			if st != wantSt {
+				return fmt.Errorf("%s: %v with status %+v, want %+v", what, err, st, wantSt)
 			}
 			// It stays: receive it properly.
 			from, tag = st.Source, st.Tag
 			st, data, err = recvKind(c, from, tag, want.kind, want.elems)
 			if err != nil {
-				return fmt.Errorf("%s: the receive after %v: %w", what, err, err)
+				return fmt.Errorf("%s: the receive after the failed one: %w", what, err)
 			}
 		}
 		if err := m.check(st, from, tag, data); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		m.got[st.Source][m.head(st.Source, st.Tag)] = true
+		if st != wantSt {
+			return fmt.Errorf("%s: status %+v, want %+v", what, st, wantSt)
+		}
+		m.got[rs.s][rs.k] = true
 		m.left--
 	}
 	return nil
@@ -359,6 +460,49 @@ var (
 	_ = register("comm-random", randomScenario)
 	_ = register("comm-random-sub", randomSubScenario)
 )
+
+// TestCommRandomSchedule: the schedule is a function of the seed (a
+// replay makes the same receives), receives every message exactly once,
+// and still uses wildcard sources and tags often.
+func TestCommRandomSchedule(t *testing.T) {
+	const eager = 64 << 10
+	var any, anyTag, total int
+	for seed := range uint64(20) {
+		n := 2 + int(seed%2)
+		plan := randomPlan(seed, n, eager, 60)
+		for me := range n {
+			in := make([][]rmsg, n)
+			for s := range n {
+				in[s] = plan[s][me]
+			}
+			a, b := randomSchedule(seed, me, in, eager), randomSchedule(seed, me, in, eager)
+			if !reflect.DeepEqual(a, b) {
+				t.Fatalf("seed %d, PE %d: two schedules from one seed differ", seed, me)
+			}
+			seen := map[[2]int]bool{}
+			for _, st := range a {
+				if seen[[2]int{st.s, st.k}] {
+					t.Fatalf("seed %d, PE %d: message %d from %d scheduled twice", seed, me, st.k, st.s)
+				}
+				seen[[2]int{st.s, st.k}] = true
+				if st.from == AnySource {
+					any++
+					if st.tag == AnyTag {
+						anyTag++
+					}
+				}
+			}
+			if len(seen) != n*60 {
+				t.Fatalf("seed %d, PE %d: %d of %d messages scheduled", seed, me, len(seen), n*60)
+			}
+			total += len(a)
+		}
+	}
+	t.Logf("%d receives: %d from AnySource, %d of them with AnyTag", total, any, anyTag)
+	if any < total/20 || anyTag == 0 {
+		t.Errorf("%d of %d receives from AnySource (%d with AnyTag): the uniqueness rule leaves too few", any, total, anyTag)
+	}
+}
 
 func TestCommRandom(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
