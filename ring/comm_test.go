@@ -735,65 +735,6 @@ var _ = register("comm-cap", func(pe *shmem.PE) error {
 
 func TestCommCap(t *testing.T) { each(t, "comm-cap", 2) }
 
-// A Recv waiting on a PE that fails ends with ErrPeerLost, and so does a
-// rendezvous Send waiting for its receive.
-func TestCommPeerLost(t *testing.T) {
-	got := make(chan error, 2)
-	boom := errors.New("PE 0 fails on purpose")
-	err := shmem.Run(3, func(pe *shmem.PE) error {
-		c, err := NewComm(pe.World())
-		if err != nil {
-			return err
-		}
-		switch pe.MyPE() {
-		case 0:
-			time.Sleep(50 * time.Millisecond)
-			return boom
-		case 1:
-			_, err := Recv(bg(), c, 0, 0, make([]byte, 8))
-			got <- err
-		case 2:
-			got <- Send(bg(), c, 0, 0, make([]byte, c.EagerLimit()+1))
-		}
-		return nil
-	}, shmem.WithTimeout(30*time.Second), shmem.WithHeapSize(16<<20))
-	if !errors.Is(err, boom) {
-		t.Fatalf("Run: %v", err)
-	}
-	for i := 0; i < 2; i++ {
-		if err := <-got; !errors.Is(err, shmem.ErrPeerLost) {
-			t.Errorf("got %v, want ErrPeerLost", err)
-		}
-	}
-}
-
-// A Recv that nothing matches ends with the PE's timeout.
-func TestCommTimeout(t *testing.T) {
-	done := make(chan struct{}) // PE 1's Recv has given up: PE 0 may enter Close
-	err := shmem.Run(2, func(pe *shmem.PE) error {
-		c, err := NewComm(pe.World())
-		if err != nil {
-			return err
-		}
-		if pe.MyPE() == 1 {
-			start := time.Now()
-			if _, err := Recv(bg(), c, 0, 0, make([]byte, 8)); !errors.Is(err, shmem.ErrTimeout) {
-				return fmt.Errorf("Recv: %v, want ErrTimeout", err)
-			}
-			if el := time.Since(start); el < 200*time.Millisecond || el > 10*time.Second {
-				return fmt.Errorf("Recv gave up after %v", el)
-			}
-			close(done)
-		} else {
-			<-done
-		}
-		return c.Close()
-	}, shmem.WithTimeout(300*time.Millisecond), shmem.WithHeapSize(16<<20))
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // comm-ctx-stream: contexts ending at any point of a rendezvous
 // transfer, on both sides. PE 0 sends 24 large messages on tag 1, each
 // with a deadline of its own (from 0.1 ms up), and reports on tag 2

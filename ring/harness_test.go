@@ -99,10 +99,14 @@ func setenv(t *testing.T, env []string) {
 	}
 }
 
-// runHosts runs s on goroutine PEs placed on pretend hosts.
-func runHosts(t *testing.T, n int, s scenarioFunc, hosts []string) error {
+// runHosts runs s on goroutine PEs placed on pretend hosts, with opts
+// (default: a timeout of a minute, a 16 MiB heap).
+func runHosts(t *testing.T, n int, s scenarioFunc, hosts []string, opts ...shmem.Option) error {
 	t.Helper()
-	err := shmem.Run(n, s, shmem.WithTimeout(60*time.Second), shmem.WithHeapSize(16<<20), shmem.WithHosts(hosts))
+	if opts == nil {
+		opts = []shmem.Option{shmem.WithTimeout(60 * time.Second), shmem.WithHeapSize(16 << 20)}
+	}
+	err := shmem.Run(n, s, append(opts, shmem.WithHosts(hosts))...)
 	if errors.Is(err, shmem.ErrInvalid) && strings.Contains(err.Error(), "netmesh") {
 		t.Skipf("remote PEs are not built: %v", err)
 	}
