@@ -1,10 +1,11 @@
-// Package auth is goshmem's one challenge-response primitive. Every
+// Package auth is goshmem's one challenge-response exchange. Every
 // handshake of the runtime (a PE joining the launcher's boot server,
 // two PEs opening a mesh connection, two same-host PEs exchanging their
-// segments) proves knowledge of the job key the same way: each side
-// sends a fresh nonce, and each answers with MAC over a label naming the
-// exchange and its direction and over the fields both sides agree on
-// (both nonces among them). The key itself never goes on the wire.
+// segments) proves knowledge of the job key by running Exchange
+// (exchange.go) under a label of its own, with the fields it sent in
+// the clear before as bound data: each side sends a fresh nonce, and
+// each proves with a MAC over both nonces, its role, the label and the
+// bound fields. The key itself never goes on the wire.
 //
 // MAC is HMAC-SHA256 keyed with the job key over the label and then
 // each field preceded by its length, 4 bytes big-endian:
@@ -13,14 +14,13 @@
 //	    len(label) ‖ label ‖ len(f1) ‖ f1 ‖ ... ‖ len(fn) ‖ fn)
 //
 // so no two different lists of fields hash the same bytes, whatever the
-// fields hold. Labels differ per exchange and per direction, so a MAC
-// made for one message is never accepted as another's (no reflection),
-// and fresh nonces on both sides keep a recorded exchange from being
-// replayed.
+// fields hold.
 //
-// Caveats: a MAC proves the key, nothing else. The job key sits in each
-// PE's environment (readable by the user's other processes); see
-// docs/env.md.
+// Caveats: an exchange proves the key, nothing else: it does not bind
+// the bytes that follow on the connection (a stream a third party could
+// rewrite after the exchange is not protected), and a relay between two
+// genuine PEs passes it. The job key sits in each PE's environment
+// (readable by the user's other processes); see docs/env.md.
 package auth
 
 import (
