@@ -8,7 +8,7 @@ import "time"
 const (
 	// Version is the protocol version: byte 0 of every frame and byte 4 of
 	// every handshake message. A receiver checks it before anything else.
-	Version = 0x01
+	Version = 0x02
 
 	// MaxPayload bounds the payload of one PUT, PUT_SIGNAL or GET_RESP
 	// frame and the length of one GET request. Longer transfers are split
@@ -79,11 +79,10 @@ const (
 	// hsMagic opens every handshake message: "GSNM".
 	hsMagic = "GSNM"
 
-	hsHello     = 0x01 // client -> server
-	hsChallenge = 0x02 // server -> client
-	hsProof     = 0x03 // client -> server
-	hsAccept    = 0x04 // server -> client
-	hsRefuse    = 0x05 // either way, then close
+	hsHello  = 0x01 // client -> server
+	hsReply  = 0x02 // server -> client; then the auth exchange
+	hsAccept = 0x04 // server -> client
+	hsRefuse = 0x05 // either way, then close
 
 	hsKindLink = 0x00 // HELLO byte 20: one of the link's Config.Streams streams
 	hsKindChan = 0x01 // HELLO byte 20: a channel stream, opened on demand (chan.go)
@@ -93,19 +92,15 @@ const (
 	// most this.
 	maxChanStreams = 64
 
-	hsPrefixLen    = 8  // magic, version, kind, two kind-specific bytes
-	helloFixedLen  = 64 // then the job id
-	challengeLen   = 88
-	proofLen       = 40
-	acceptLen      = 8
-	refuseLen      = 8
-	nonceLen       = 32
-	macLen         = 32
-	maxJobID       = 255
-	challengeMACAt = 56 // the server MAC covers the challenge up to here
+	hsPrefixLen   = 8  // magic, version, kind, two kind-specific bytes
+	helloFixedLen = 32 // then the job id
+	replyLen      = 24
+	acceptLen     = 8
+	refuseLen     = 8
+	maxJobID      = 255
 
-	labelServer = "goshmem-netmesh-v1-server"
-	labelClient = "goshmem-netmesh-v1-client"
+	// labelMesh is the handshake's auth.Exchange label.
+	labelMesh = "goshmem-netmesh-v2"
 )
 
 // Refusal codes of a REFUSE handshake message.
@@ -114,7 +109,7 @@ const (
 	refuseJob       = 0x02 // another job id
 	refuseRank      = 0x03 // a rank that may not connect here
 	refuseStreams   = 0x04 // another stream count, or a stream index past it
-	refuseAuth      = 0x05 // a MAC that does not verify
+	refuseAuth      = 0x05 // a proof of the job key that does not verify
 	refuseDuplicate = 0x06 // that rank's stream is already connected (or lost)
 	refuseClosing   = 0x07 // the mesh is closing
 	refuseMalformed = 0x08 // bytes that are not a handshake message

@@ -12,7 +12,7 @@ func TestConst(t *testing.T) {
 		name      string
 		got, want int
 	}{
-		{"Version", Version, 0x01},
+		{"Version", Version, 0x02},
 		{"MaxPayload", MaxPayload, 16 << 20},
 		{"MaxErrorText", MaxErrorText, 512},
 		{"MaxOutstanding", MaxOutstanding, 1 << 20},
@@ -56,20 +56,15 @@ func TestConst(t *testing.T) {
 		{"codeOutstanding", codeOutstanding, 8},
 
 		{"hsHello", hsHello, 0x01},
-		{"hsChallenge", hsChallenge, 0x02},
-		{"hsProof", hsProof, 0x03},
+		{"hsReply", hsReply, 0x02},
 		{"hsAccept", hsAccept, 0x04},
 		{"hsRefuse", hsRefuse, 0x05},
 		{"hsPrefixLen", hsPrefixLen, 8},
-		{"helloFixedLen", helloFixedLen, 64},
-		{"challengeLen", challengeLen, 88},
-		{"proofLen", proofLen, 40},
+		{"helloFixedLen", helloFixedLen, 32},
+		{"replyLen", replyLen, 24},
 		{"acceptLen", acceptLen, 8},
 		{"refuseLen", refuseLen, 8},
-		{"nonceLen", nonceLen, 32},
-		{"macLen", macLen, 32},
 		{"maxJobID", maxJobID, 255},
-		{"challengeMACAt", challengeMACAt, 56},
 		{"refuseVersion", refuseVersion, 1},
 		{"refuseJob", refuseJob, 2},
 		{"refuseRank", refuseRank, 3},
@@ -94,7 +89,7 @@ func TestConst(t *testing.T) {
 			t.Errorf("%s = %#x, want %#x", p.name, p.got, p.want)
 		}
 	}
-	if hsMagic != "GSNM" || labelServer != "goshmem-netmesh-v1-server" || labelClient != "goshmem-netmesh-v1-client" {
+	if hsMagic != "GSNM" || labelMesh != "goshmem-netmesh-v2" {
 		t.Error("handshake magic or labels changed")
 	}
 
@@ -128,8 +123,7 @@ func TestConst(t *testing.T) {
 		{"errorLen", errorLen(5), errorHdrLen + 5},
 		{"errorLen cut", errorLen(MaxErrorText + 10), errorHdrLen + MaxErrorText},
 		{"HELLO", len(appendHello(nil, &hello{jobID: "abc"})), helloLen(3)},
-		{"CHALLENGE", len(appendChallenge(nil, &challenge{})), challengeLength()},
-		{"PROOF", len(appendProof(nil, make([]byte, macLen))), proofLength()},
+		{"REPLY", len(appendReply(nil, &reply{})), replyLength()},
 		{"ACCEPT", len(appendAccept(nil)), acceptLen},
 		{"REFUSE", len(appendRefuse(nil, 1)), refuseLen},
 	}

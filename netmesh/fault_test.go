@@ -3,7 +3,6 @@ package netmesh
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -335,7 +334,6 @@ func TestAuthRefusals(t *testing.T) {
 
 	helloFor := func(hp hsParams) []byte {
 		h := hello{jobID: hp.jobID, client: uint32(hp.rank), server: 1, streams: 1, memSize: hp.memSize}
-		rand.Read(h.nonce[:])
 		return appendHello(nil, &h)
 	}
 	readRefusal := func(t *testing.T, c net.Conn) byte {
@@ -356,27 +354,34 @@ func TestAuthRefusals(t *testing.T) {
 		{"wrong key", func(t *testing.T, c net.Conn) {
 			raw := helloFor(good)
 			c.Write(raw)
-			var cb [challengeLen]byte
-			if _, err := io.ReadFull(c, cb[:]); err != nil {
+			var rb [replyLen]byte
+			if _, err := io.ReadFull(c, rb[:]); err != nil {
 				t.Fatal(err)
 			}
+			// The exchange, as its responder, with another key: the
+			// server refuses inside it (auth REFUSE), before it proves
+			// anything, and never applies the PUT.
 			wrong := bytes.Repeat([]byte{7}, 32)
-			c.Write(appendProof(nil, auth.MAC(wrong, labelClient, raw, cb[:])))
-			c.Write(put) // never applied
-			if code := readRefusal(t, c); code != refuseAuth {
-				t.Fatalf("refusal code %d", code)
+			err := auth.Exchange(c, wrong, auth.Responder, labelMesh, raw, rb[:])
+			if !errors.Is(err, auth.ErrRefused) {
+				t.Fatalf("exchange with the wrong key: %v, want auth.ErrRefused", err)
 			}
+			c.Write(put) // never applied
 		}},
-		{"reflected server MAC", func(t *testing.T, c net.Conn) {
-			raw := helloFor(good)
-			c.Write(raw)
-			var cb [challengeLen]byte
-			if _, err := io.ReadFull(c, cb[:]); err != nil {
+		{"reflected server proof", func(t *testing.T, c net.Conn) {
+			// There is no server proof to reflect before the client's:
+			// a RESPONSE made of the server's own CHALLENGE nonce and
+			// zeros is refused inside the exchange.
+			c.Write(helloFor(good))
+			var b [replyLen + 36]byte
+			if _, err := io.ReadFull(c, b[:]); err != nil {
 				t.Fatal(err)
 			}
-			c.Write(appendProof(nil, cb[challengeMACAt:]))
-			if code := readRefusal(t, c); code != refuseAuth {
-				t.Fatalf("refusal code %d", code)
+			resp := append([]byte{0x01, 0xA2, 0, 0}, b[replyLen+4:]...)
+			c.Write(append(resp, make([]byte, 32)...))
+			var ans [4]byte
+			if _, err := io.ReadFull(c, ans[:]); err != nil || ans != [4]byte{0x01, 0xAF, 0x01, 0} {
+				t.Fatalf("answer % x, %v: want an auth REFUSE (bad proof)", ans, err)
 			}
 		}},
 		{"no key: garbage", func(t *testing.T, c net.Conn) {

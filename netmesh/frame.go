@@ -10,7 +10,7 @@ import (
 // Every frame starts with the same two bytes:
 //
 //	offset  width  meaning
-//	0       1      Version (0x01); checked before anything else
+//	0       1      Version (0x02); checked before anything else
 //	1       1      frame type (typePut ... typeError)
 //
 // All multi-byte integers are little-endian. Each frame type has a fixed

@@ -7,7 +7,7 @@ import "fmt"
 // same-host path uses).
 //
 //	offset  width  byte order  meaning
-//	0       1      -           Version (0x01)
+//	0       1      -           Version (0x02)
 //	1       1      -           type 0x04
 //	2       1      -           Op: AtomicOp, 0x01 fetch .. 0x08 fetch-xor
 //	3       1      -           Width: 4 or 8
@@ -19,7 +19,7 @@ import "fmt"
 // ATOMIC_RESP (0x05): the old value of the word.
 //
 //	offset  width  byte order  meaning
-//	0       1      -           Version (0x01)
+//	0       1      -           Version (0x02)
 //	1       1      -           type 0x05
 //	2       1      -           status: 0x00 OK (no other value is defined)
 //	3       1      -           reserved, 0

@@ -6,7 +6,7 @@ package netmesh
 // to a request read before it.
 //
 //	offset  width  byte order  meaning
-//	0       1      -           Version (0x01)
+//	0       1      -           Version (0x02)
 //	1       1      -           type 0x07 (FLUSH) or 0x08 (FLUSH_REPLY)
 //	2       2      -           reserved, 0
 //	4       4      LE uint32   ID, non-zero
@@ -16,14 +16,14 @@ package netmesh
 // this stream and is closing it cleanly. Both are the prefix alone:
 //
 //	offset  width  byte order  meaning
-//	0       1      -           Version (0x01)
+//	0       1      -           Version (0x02)
 //	1       1      -           type 0x09 or 0x0A
 //
 // ERROR (0x0B): the sender found a protocol violation and closes the
 // link after this frame.
 //
 //	offset  width  byte order  meaning
-//	0       1      -           Version (0x01)
+//	0       1      -           Version (0x02)
 //	1       1      -           type 0x0B
 //	2       2      LE uint16   code (codeVersion ... codeOutstanding)
 //	4       2      LE uint16   N: text bytes, N <= MaxErrorText

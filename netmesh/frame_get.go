@@ -4,7 +4,7 @@ package netmesh
 // The receiver answers with a GET_RESP carrying the same ID.
 //
 //	offset  width  byte order  meaning
-//	0       1      -           Version (0x01)
+//	0       1      -           Version (0x02)
 //	1       1      -           type 0x02
 //	2       4      LE uint32   ID: the requester's id, non-zero
 //	6       4      LE uint32   Len: 0 < Len <= MaxPayload
@@ -13,7 +13,7 @@ package netmesh
 // GET_RESP (0x03): the answer to the GET with this ID.
 //
 //	offset  width  byte order  meaning
-//	0       1      -           Version (0x01)
+//	0       1      -           Version (0x02)
 //	1       1      -           type 0x03
 //	2       1      -           status: 0x00 OK; any other value is a refusal
 //	                           (none is defined in version 1) and then Len is 0

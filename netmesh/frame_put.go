@@ -4,7 +4,7 @@ package netmesh
 // No reply; a later FLUSH_REPLY says it was applied.
 //
 //	offset  width  byte order  meaning
-//	0       1      -           Version (0x01)
+//	0       1      -           Version (0x02)
 //	1       1      -           type 0x01
 //	2       4      LE uint32   Len: payload bytes, 0 < Len <= MaxPayload
 //	6       8      LE uint64   Off: where the payload goes in the receiver's segment

@@ -6,7 +6,7 @@ package netmesh
 // data before the signal, so whoever sees the signal sees the data.
 //
 //	offset  width  byte order  meaning
-//	0       1      -           Version (0x01)
+//	0       1      -           Version (0x02)
 //	1       1      -           type 0x06
 //	2       1      -           signal op: 0x01 set, 0x02 add
 //	3       1      -           reserved, 0

@@ -10,25 +10,33 @@ import (
 )
 
 // The handshake opens every connection, before any frame. The dialing side
-// (the lower rank, "client") and the accepting side ("server") exchange
-// four messages; either side may send REFUSE instead of its next message
-// and close.
+// (the lower rank of a link stream, "client") and the accepting side
+// ("server") each say who they are in the clear, then the server runs
+// the runtime's one challenge-response exchange (auth.Exchange, as its
+// initiator) over both hellos, then the server accepts or refuses:
 //
-//	client -> server  HELLO      who I am, whom I want, my nonce
-//	server -> client  CHALLENGE  my nonce, my MAC over HELLO and CHALLENGE
-//	client -> server  PROOF      my MAC over HELLO and the whole CHALLENGE
+//	client -> server  HELLO      who I am, whom I want, my segment size
+//	server -> client  REPLY      who I am, my segment size
+//	server -> client  auth CHALLENGE   (internal/auth: 36 bytes)
+//	client -> server  auth RESPONSE    (68 bytes, the client's proof)
+//	server -> client  auth PROOF       (36 bytes, the server's proof)
 //	server -> client  ACCEPT     frames may flow
 //
-// Every message starts with the same 8-byte prefix, stable across
-// protocol versions:
+// Either side may send REFUSE in place of its next netmesh message and
+// close; a proof that does not verify is refused inside the exchange
+// (auth REFUSE). The server proves last, so a stranger gets no proof
+// from it.
+//
+// Every netmesh message starts with the same 8-byte prefix, stable
+// across protocol versions:
 //
 //	offset  width  meaning
 //	0       4      magic "GSNM"
-//	4       1      Version (0x01): checked right after the magic, before any other field
-//	5       1      kind: 0x01 HELLO, 0x02 CHALLENGE, 0x03 PROOF, 0x04 ACCEPT, 0x05 REFUSE
+//	4       1      Version (0x02): checked right after the magic, before any other field
+//	5       1      kind: 0x01 HELLO, 0x02 REPLY, 0x04 ACCEPT, 0x05 REFUSE (0x03 unused)
 //	6       2      kind-specific (below); reserved bytes are 0
 //
-// HELLO (64+J bytes):
+// HELLO (32+J bytes):
 //
 //	offset  width  byte order  meaning
 //	6       1      -           J: job id bytes, 1..255
@@ -40,24 +48,19 @@ import (
 //	20      1      -           stream kind: 0x00 a link stream, 0x01 a channel stream (below)
 //	21      3      -           reserved, 0
 //	24      8      LE uint64   client segment size (len(Config.Mem))
-//	32      32     -           client nonce: fresh random bytes
-//	64      J      -           job id, UTF-8
+//	32      J      -           job id, UTF-8
 //
-// CHALLENGE (88 bytes):
+// REPLY (24 bytes):
 //
 //	offset  width  byte order  meaning
 //	6       2      -           reserved, 0
 //	8       4      LE uint32   server rank
 //	12      4      -           reserved, 0
 //	16      8      LE uint64   server segment size
-//	24      32     -           server nonce: fresh random bytes
-//	56      32     -           server MAC = HMAC-SHA256(key, labelServer || HELLO || CHALLENGE[0:56])
 //
-// PROOF (40 bytes):
-//
-//	offset  width  meaning
-//	6       2      reserved, 0
-//	8       32     client MAC = HMAC-SHA256(key, labelClient || HELLO || CHALLENGE)
+// The exchange runs with label labelMesh and bound fields HELLO and
+// REPLY (their whole bytes), so both proofs cover every field of both
+// (version, job id, ranks, stream, segment sizes).
 //
 // ACCEPT (8 bytes): bytes 6-7 reserved, 0. REFUSE (8 bytes): byte 6 is
 // the refusal code (refuseVersion ... refuseMalformed), byte 7 reserved.
@@ -69,11 +72,8 @@ import (
 // rank, and its stream index is the dialler's slot, at most one stream
 // per (dialler, slot) at a time. Any other kind is malformed.
 //
-// Each MAC covers the whole transcript so far, so every field of both
-// messages (version, job id, ranks, stream, segment sizes, both nonces)
-// is authenticated. Both nonces are fresh per connection, so a recorded
-// exchange cannot be replayed; the two labels keep one side's MAC from
-// being reflected as the other's. The key never crosses the wire.
+// Both nonces of the exchange are fresh per connection, so a recorded
+// handshake cannot be replayed; the key never crosses the wire.
 
 type hello struct {
 	jobID      string
@@ -83,16 +83,13 @@ type hello struct {
 	streams    uint16
 	kind       byte // hsKindLink or hsKindChan
 	memSize    uint64
-	nonce      [nonceLen]byte
-	raw        []byte // the encoded message, for the transcript
+	raw        []byte // the encoded message, bound into the exchange
 	remoteAddr string
 }
 
-type challenge struct {
+type reply struct {
 	server  uint32
 	memSize uint64
-	nonce   [nonceLen]byte
-	mac     [macLen]byte
 }
 
 // hsParams is what one side knows before a handshake.
@@ -133,7 +130,6 @@ func appendHello(b []byte, h *hello) []byte {
 	b = le.AppendUint16(b, h.streams)
 	b = append(b, h.kind, 0, 0, 0)
 	b = le.AppendUint64(b, h.memSize)
-	b = append(b, h.nonce[:]...)
 	return append(b, h.jobID...)
 }
 
@@ -165,10 +161,9 @@ func parseHello(b []byte) (hello, error) {
 		streams: le.Uint16(b[18:20]),
 		kind:    b[20],
 		memSize: le.Uint64(b[24:32]),
-		jobID:   string(b[64:]),
+		jobID:   string(b[helloFixedLen:]),
 		raw:     b,
 	}
-	copy(h.nonce[:], b[32:64])
 	return h, nil
 }
 
@@ -193,61 +188,31 @@ func checkHello(h *hello, p *hsParams) error {
 	return nil
 }
 
-// appendChallenge appends a CHALLENGE, MAC included.
-func appendChallenge(b []byte, c *challenge) []byte {
-	b = appendPrefix(b, hsChallenge, 0, 0)
-	b = le.AppendUint32(b, c.server)
+// appendReply appends a REPLY.
+func appendReply(b []byte, r *reply) []byte {
+	b = appendPrefix(b, hsReply, 0, 0)
+	b = le.AppendUint32(b, r.server)
 	b = append(b, 0, 0, 0, 0)
-	b = le.AppendUint64(b, c.memSize)
-	b = append(b, c.nonce[:]...)
-	return append(b, c.mac[:]...)
+	return le.AppendUint64(b, r.memSize)
 }
 
-// challengeLength is the length of a CHALLENGE.
-func challengeLength() int { return challengeLen }
+// replyLength is the length of a REPLY.
+func replyLength() int { return replyLen }
 
-// parseChallenge decodes a CHALLENGE.
-func parseChallenge(b []byte) (challenge, error) {
+// parseReply decodes a REPLY.
+func parseReply(b []byte) (reply, error) {
 	kind, x, y, err := parseHSPrefix(b)
 	switch {
 	case err != nil:
-		return challenge{}, err
-	case kind != hsChallenge:
-		return challenge{}, hsErr("handshake message kind 0x%02x, want CHALLENGE", kind)
-	case len(b) != challengeLen:
-		return challenge{}, hsErr("CHALLENGE of %d bytes, want %d", len(b), challengeLen)
+		return reply{}, err
+	case kind != hsReply:
+		return reply{}, hsErr("handshake message kind 0x%02x, want REPLY", kind)
+	case len(b) != replyLen:
+		return reply{}, hsErr("REPLY of %d bytes, want %d", len(b), replyLen)
 	case x != 0 || y != 0 || le.Uint32(b[12:16]) != 0:
-		return challenge{}, hsErr("CHALLENGE with reserved bytes set")
+		return reply{}, hsErr("REPLY with reserved bytes set")
 	}
-	c := challenge{server: le.Uint32(b[8:12]), memSize: le.Uint64(b[16:24])}
-	copy(c.nonce[:], b[24:56])
-	copy(c.mac[:], b[56:88])
-	return c, nil
-}
-
-// appendProof appends a PROOF.
-func appendProof(b []byte, mac []byte) []byte {
-	b = appendPrefix(b, hsProof, 0, 0)
-	return append(b, mac...)
-}
-
-// proofLength is the length of a PROOF.
-func proofLength() int { return proofLen }
-
-// parseProof decodes a PROOF and returns its MAC.
-func parseProof(b []byte) ([]byte, error) {
-	kind, x, y, err := parseHSPrefix(b)
-	switch {
-	case err != nil:
-		return nil, err
-	case kind != hsProof:
-		return nil, hsErr("handshake message kind 0x%02x, want PROOF", kind)
-	case len(b) != proofLen:
-		return nil, hsErr("PROOF of %d bytes, want %d", len(b), proofLen)
-	case x != 0 || y != 0:
-		return nil, hsErr("PROOF with reserved bytes set")
-	}
-	return b[8:40], nil
+	return reply{server: le.Uint32(b[8:12]), memSize: le.Uint64(b[16:24])}, nil
 }
 
 // appendAccept appends an ACCEPT.
@@ -351,23 +316,12 @@ func serverHandshake(rw io.ReadWriter, p *hsParams, admit func(*hello) byte) (he
 	if err := checkHello(&h, p); err != nil {
 		return h, refuse(rw, err)
 	}
-	c := challenge{server: uint32(p.rank), memSize: p.memSize}
-	copy(c.nonce[:], auth.Nonce())
-	cb := appendChallenge(make([]byte, 0, challengeLen), &c)
-	copy(cb[challengeMACAt:], auth.MAC(p.key, labelServer, raw, cb[:challengeMACAt]))
-	if _, err := rw.Write(cb); err != nil {
-		return h, authIO("writing CHALLENGE", err)
+	rb := appendReply(make([]byte, 0, replyLen), &reply{server: uint32(p.rank), memSize: p.memSize})
+	if _, err := rw.Write(rb); err != nil {
+		return h, authIO("writing REPLY", err)
 	}
-	var pb [proofLen]byte
-	if _, err := io.ReadFull(rw, pb[:]); err != nil {
-		return h, authIO("reading PROOF", err)
-	}
-	got, err := parseProof(pb[:])
-	if err != nil {
-		return h, refuse(rw, err)
-	}
-	if !auth.Equal(got, auth.MAC(p.key, labelClient, raw, cb)) {
-		return h, refuse(rw, &refusal{code: refuseAuth, msg: fmt.Sprintf("PE %d's proof does not verify with the job key", h.client)})
+	if err := auth.Exchange(rw, p.key, auth.Initiator, labelMesh, raw, rb); err != nil {
+		return h, exchangeErr(err, h.client)
 	}
 	if code := admit(&h); code != 0 {
 		return h, refuse(rw, &refusal{code: code, msg: fmt.Sprintf("PE %d stream %d: %s", h.client, h.stream, refuseName(code))})
@@ -381,7 +335,7 @@ func serverHandshake(rw io.ReadWriter, p *hsParams, admit func(*hello) byte) (he
 // clientHandshake runs the dialing side on rw (the caller has set a
 // deadline) to reach rank server as stream index stream of kind
 // (hsKindLink, or hsKindChan with stream the slot). It returns the
-// server's segment size. A refusal or a bad server MAC wraps errs.Auth;
+// server's segment size. A refusal or a failed exchange wraps errs.Auth;
 // an I/O error is returned as it is, so the dialer may retry.
 func clientHandshake(rw io.ReadWriter, p *hsParams, server, stream int, kind byte) (uint64, error) {
 	h := hello{
@@ -393,37 +347,36 @@ func clientHandshake(rw io.ReadWriter, p *hsParams, server, stream int, kind byt
 		kind:    kind,
 		memSize: p.memSize,
 	}
-	copy(h.nonce[:], auth.Nonce())
 	raw := appendHello(make([]byte, 0, helloLen(len(h.jobID))), &h)
 	if _, err := rw.Write(raw); err != nil {
 		return 0, err
 	}
-	var cb [challengeLen]byte
-	if _, err := io.ReadFull(rw, cb[:hsPrefixLen]); err != nil {
+	var rb [replyLen]byte
+	if _, err := io.ReadFull(rw, rb[:hsPrefixLen]); err != nil {
 		return 0, err
 	}
-	kind, _, _, err := parseHSPrefix(cb[:hsPrefixLen])
+	kind, _, _, err := parseHSPrefix(rb[:hsPrefixLen])
 	if err != nil {
 		return 0, refuse(rw, err)
 	}
 	if kind == hsRefuse {
-		return 0, parseAnswer(cb[:hsPrefixLen])
+		return 0, parseAnswer(rb[:hsPrefixLen])
 	}
-	if _, err := io.ReadFull(rw, cb[hsPrefixLen:]); err != nil {
+	if _, err := io.ReadFull(rw, rb[hsPrefixLen:]); err != nil {
 		return 0, err
 	}
-	c, err := parseChallenge(cb[:])
+	r, err := parseReply(rb[:])
 	if err != nil {
 		return 0, refuse(rw, err)
 	}
-	if int64(c.server) != int64(server) {
-		return 0, refuse(rw, &refusal{code: refuseRank, msg: fmt.Sprintf("dialled PE %d, reached PE %d", server, c.server)})
+	if int64(r.server) != int64(server) {
+		return 0, refuse(rw, &refusal{code: refuseRank, msg: fmt.Sprintf("dialled PE %d, reached PE %d", server, r.server)})
 	}
-	if !auth.Equal(c.mac[:], auth.MAC(p.key, labelServer, raw, cb[:challengeMACAt])) {
-		return 0, refuse(rw, &refusal{code: refuseAuth, msg: fmt.Sprintf("PE %d's challenge does not verify with the job key", server)})
-	}
-	if _, err := rw.Write(appendProof(make([]byte, 0, proofLen), auth.MAC(p.key, labelClient, raw, cb[:]))); err != nil {
-		return 0, err
+	if err := auth.Exchange(rw, p.key, auth.Responder, labelMesh, raw, rb[:]); err != nil {
+		if !errors.Is(err, auth.ErrKey) && !errors.Is(err, auth.ErrRefused) && !errors.Is(err, auth.ErrMalformed) {
+			return 0, err // I/O: the dialer may retry
+		}
+		return 0, exchangeErr(err, uint32(server))
 	}
 	var ab [acceptLen]byte
 	if _, err := io.ReadFull(rw, ab[:]); err != nil {
@@ -432,7 +385,22 @@ func clientHandshake(rw io.ReadWriter, p *hsParams, server, stream int, kind byt
 	if err := parseAnswer(ab[:]); err != nil {
 		return 0, err
 	}
-	return c.memSize, nil
+	return r.memSize, nil
+}
+
+// exchangeErr is the refusal for a failed auth.Exchange with PE peer.
+// The exchange has told the peer already (auth REFUSE), so the refusal is
+// marked remote and refuse sends nothing more.
+func exchangeErr(err error, peer uint32) error {
+	switch {
+	case errors.Is(err, auth.ErrKey):
+		return &refusal{code: refuseAuth, msg: fmt.Sprintf("PE %d's proof does not verify with the job key: %v", peer, err), remote: true}
+	case errors.Is(err, auth.ErrRefused):
+		return &refusal{code: refuseAuth, msg: fmt.Sprintf("PE %d refused this PE's proof of the job key: %v", peer, err), remote: true}
+	case errors.Is(err, auth.ErrMalformed):
+		return &refusal{code: refuseMalformed, msg: fmt.Sprintf("PE %d: %v", peer, err), remote: true}
+	}
+	return authIO("in the key exchange", err)
 }
 
 func authIO(step string, err error) error {

@@ -62,7 +62,10 @@ func TestHandshake(t *testing.T) {
 		admit      byte
 		clientCode byte // the refusal the client sees (0: it refuses itself)
 	}{
-		{"wrong key on the client", func(c, s *hsParams) { c.key = bytes.Repeat([]byte{1}, 32) }, 0, 0},
+		// The server checks the client's proof first and refuses in the
+		// key exchange: the client hears of it as a refusal either way.
+		{"wrong key on the client", func(c, s *hsParams) { c.key = bytes.Repeat([]byte{1}, 32) }, 0, refuseAuth},
+		{"wrong key on the server", func(c, s *hsParams) { s.key = bytes.Repeat([]byte{1}, 32) }, 0, refuseAuth},
 		{"wrong job", func(c, s *hsParams) { c.jobID = "other" }, 0, refuseJob},
 		{"stream count", func(c, s *hsParams) { c.streams = 1 }, 0, refuseStreams},
 		{"client rank not lower", func(c, s *hsParams) { c.rank = 3 }, 0, refuseRank},
@@ -184,22 +187,26 @@ func FuzzParseHello(f *testing.F) {
 	})
 }
 
-// The server never admits anything that does not carry a client MAC made
-// with the key, whatever bytes it is fed.
+// The server never admits anything that does not carry a client proof
+// made with the key, whatever bytes it is fed; the client never accepts
+// a server that did not prove it.
 func FuzzHandshake(f *testing.F) {
 	h := hello{jobID: testJob, client: 1, server: 3, stream: 0, streams: 2, memSize: 4096}
 	raw := appendHello(nil, &h)
+	resp := append([]byte{0x01, 0xA2, 0, 0}, make([]byte, 64)...) // an auth RESPONSE with a zero proof
 	f.Add(raw, []byte{})
-	f.Add(raw, appendProof(nil, make([]byte, macLen)))
+	f.Add(raw, resp)
 	hc := h
 	hc.kind = hsKindChan
-	f.Add(appendHello(nil, &hc), appendProof(nil, make([]byte, macLen)))
-	f.Add([]byte("GSNM\x01\x01\xff\x00"), []byte{})
-	f.Add([]byte("GSNM\x02\x01\x03\x00"), []byte{})
+	f.Add(appendHello(nil, &hc), resp)
+	f.Add([]byte("GSNM\x02\x01\xff\x00"), []byte{})
+	f.Add([]byte("GSNM\x01\x01\x03\x00"), []byte{})
 	f.Add([]byte("garbage"), []byte("more garbage"))
 	// The answers a client may see.
-	ch := appendChallenge(nil, &challenge{server: 3, memSize: 1})
-	f.Add(ch, appendAccept(nil))
+	rp := appendReply(nil, &reply{server: 3, memSize: 1})
+	f.Add(rp, append([]byte{0x01, 0xA1, 0, 0}, make([]byte, 32)...))
+	f.Add(rp, append(append([]byte{0x01, 0xA1, 0, 0}, make([]byte, 32)...), append([]byte{0x01, 0xA3, 0, 0}, make([]byte, 32)...)...))
+	f.Add(rp, appendAccept(nil))
 	f.Add(appendRefuse(nil, refuseAuth), []byte{})
 	f.Fuzz(func(t *testing.T, first, second []byte) {
 		in := io.MultiReader(bytes.NewReader(first), bytes.NewReader(second))
@@ -214,7 +221,8 @@ func FuzzHandshake(f *testing.F) {
 			t.Fatalf("server accepted fuzz input: %v", err)
 		}
 		// The client side, fed the fuzz bytes as the server's answers,
-		// never succeeds either (the challenge cannot carry a valid MAC).
+		// never succeeds either (no input can carry a proof over the
+		// nonce it draws).
 		in = io.MultiReader(bytes.NewReader(first), bytes.NewReader(second))
 		rw.Reader = in
 		if _, err := clientHandshake(rw, clientParams(), 3, 0, hsKindLink); err == nil {
@@ -222,8 +230,7 @@ func FuzzHandshake(f *testing.F) {
 		}
 		// The parsers never panic.
 		parseHello(first)
-		parseChallenge(first)
-		parseProof(first)
+		parseReply(first)
 		parseAnswer(first)
 	})
 }
