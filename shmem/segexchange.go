@@ -26,48 +26,42 @@ import (
 // endpoint table (first Allgather) carries. docs/shared-memory.md holds
 // the normative version of this table. Integers are big-endian.
 //
-//	hello, 48 bytes, each way (the dialer's first):
-//	  offset 0   8   magic "GSHMSEG2" (segMagic)
-//	  offset 8   1   protocol version (segVersion), checked right after the magic
+//	hello, 16 bytes, each way (the dialer's first):
+//	  offset 0   8   magic "GSHMSEG3" (segMagic)
+//	  offset 8   1   protocol version (segVersion, 3), checked right after the magic
 //	  offset 9   3   zero
 //	  offset 12  4   the sender's rank
-//	  offset 16  32  the sender's fresh random nonce
-//	proof, 32 bytes, dialer to acceptor, after both hellos:
-//	  segMAC(key, segLabelProof, acceptor's nonce, dialer's nonce, job id, dialer's rank, acceptor's rank)
-//	acceptor's segment, 32 bytes + one memfd (SCM_RIGHTS), sent only once the proof checked:
-//	  segMAC(key, segLabelAcceptor, dialer's nonce, acceptor's nonce, job id, acceptor's rank, dialer's rank)
-//	dialer's segment, 32 bytes + one memfd, sent only once the acceptor's MAC checked:
-//	  segMAC(key, segLabelDialer, acceptor's nonce, dialer's nonce, job id, dialer's rank, acceptor's rank)
+//	the runtime's one challenge-response exchange (internal/auth,
+//	  docs/wire.md): the acceptor its initiator, label segLabel, bound
+//	  fields the job id, the dialer's hello and the acceptor's hello
+//	acceptor's segment, 1 byte segFD ('S') + one memfd (SCM_RIGHTS),
+//	  sent once the exchange has passed on the acceptor's side
+//	dialer's segment, 1 byte segFD + one memfd, sent once the exchange
+//	  has passed on the dialer's side and the acceptor's segment mapped
 //	afterwards, the liveness link: one byte segBye ('B') at Finalize, then
 //	  the close. End of file without it means the peer died.
 //
-// segMAC is the runtime's one challenge-response MAC (internal/auth:
-// HMAC-SHA256 with the job key over length-prefixed fields) of label,
-// first nonce, second nonce, job id, first rank and second rank (4 bytes
-// big-endian each). Nonces are fresh per
-// connection and each MAC binds its direction, so no message can be
-// replayed or reflected. Neither side sends its descriptor before the
-// other has proven it holds the job key: a local stranger that connects
-// learns one nonce and nothing else.
+// The exchange checks the dialer's proof before the acceptor proves,
+// and each side sends its descriptor only once the other has proven it
+// holds the job key: a local stranger that connects learns the
+// acceptor's rank and a nonce, nothing else.
 //
 // The acceptor handles every connection in a goroutine of its own with
 // a deadline of segHandshakeTimeout, so a stranger that connects and
 // stays silent holds up nothing; it keeps accepting until every
 // expected peer has completed. The dialer retries (connection refused,
 // or a handshake the acceptor dropped) until the start-up deadline; a
-// bad MAC from the PE it dialed fails Init at once.
+// failed key exchange with the PE it dialed fails Init at once.
 const (
-	segMagic            = "GSHMSEG2"
-	segVersion          = 2
-	segHelloSize        = 48
-	segMACSize          = auth.MACSize // 32
+	segMagic            = "GSHMSEG3"
+	segVersion          = 3
+	segHelloSize        = 16
+	segFD               = 'S'
 	segBye              = 'B'
 	segHandshakeTimeout = 5 * time.Second
 	segMaxHandshakes    = 16 // connections the acceptor handles at once
 	segMaxRefusedLogs   = 3  // refused connections logged one by one; the rest are counted
-	segLabelProof       = "goshmem-seg2-proof"
-	segLabelAcceptor    = "goshmem-seg2-acceptor"
-	segLabelDialer      = "goshmem-seg2-dialer"
+	segLabel            = "goshmem-seg3"
 )
 
 // segSockName names a PE's exchange socket in the abstract namespace:
@@ -85,15 +79,13 @@ func segSockName(jobID string, rank int) string {
 type segHello struct {
 	version uint8
 	rank    uint32
-	nonce   [32]byte
 }
 
 // appendSegHello appends h's bytes to b.
 func appendSegHello(b []byte, h segHello) []byte {
 	b = append(b, segMagic...)
 	b = append(b, h.version, 0, 0, 0)
-	b = binary.BigEndian.AppendUint32(b, h.rank)
-	return append(b, h.nonce[:]...)
+	return binary.BigEndian.AppendUint32(b, h.rank)
 }
 
 // parseSegHello parses a hello: the magic, then the version, before any
@@ -113,12 +105,7 @@ func parseSegHello(b []byte) (segHello, error) {
 		return h, fmt.Errorf("hello with reserved bytes %x, want zeros: %w", b[9:12], ErrProtocol)
 	}
 	h.rank = binary.BigEndian.Uint32(b[12:])
-	copy(h.nonce[:], b[16:])
 	return h, nil
-}
-
-func segMAC(key []byte, label string, nonce1, nonce2 []byte, jobID string, rank1, rank2 int) []byte {
-	return auth.MAC(key, label, nonce1, nonce2, []byte(jobID), auth.Uint32(uint32(rank1)), auth.Uint32(uint32(rank2)))
 }
 
 // segConn is one side of one exchange connection.
@@ -126,47 +113,52 @@ type segConn struct {
 	c        *net.UnixConn
 	env      boot.Env
 	me, peer int
-	mine     segHello
-	theirs   segHello
+	mine     []byte // this side's hello, as sent
+	theirs   []byte // the peer's hello, as received
 }
 
 func (sc *segConn) sendHello() error {
-	sc.mine = segHello{version: segVersion, rank: uint32(sc.me)}
-	copy(sc.mine.nonce[:], auth.Nonce())
-	_, err := sc.c.Write(appendSegHello(nil, sc.mine))
+	sc.mine = appendSegHello(nil, segHello{version: segVersion, rank: uint32(sc.me)})
+	_, err := sc.c.Write(sc.mine)
 	return err
 }
 
-func (sc *segConn) readHello() error {
-	var b [segHelloSize]byte
-	if _, err := io.ReadFull(sc.c, b[:]); err != nil {
-		return err
+func (sc *segConn) readHello() (segHello, error) {
+	b := make([]byte, segHelloSize)
+	if _, err := io.ReadFull(sc.c, b); err != nil {
+		return segHello{}, err
 	}
-	h, err := parseSegHello(b[:])
-	if err != nil {
-		return err
-	}
-	sc.theirs = h
-	return nil
+	sc.theirs = b
+	return parseSegHello(b)
 }
 
-// sendSeg sends this PE's memfd with the MAC for label.
-func (sc *segConn) sendSeg(fd int, label string) error {
-	return heap.SendFD(sc.c, fd, segMAC(sc.env.Key, label, sc.theirs.nonce[:], sc.mine.nonce[:], sc.env.JobID, sc.me, sc.peer))
+// exchange runs auth.Exchange in role over both hellos. A failed
+// exchange wraps ErrAuth (or ErrProtocol for malformed bytes); an I/O
+// error is returned as it is.
+func (sc *segConn) exchange(role auth.Role, dialerHello, acceptorHello []byte) error {
+	err := auth.Exchange(sc.c, sc.env.Key, role, segLabel, []byte(sc.env.JobID), dialerHello, acceptorHello)
+	if errors.Is(err, ErrAuth) {
+		return fmt.Errorf("shmem: key exchange with same-host PE %d: %w", sc.peer, err)
+	}
+	return err
 }
 
-// recvSeg receives the peer's memfd, checks its MAC for label before
-// anything else, then maps it and checks the header.
-func (sc *segConn) recvSeg(label string, size uint64) (*heap.Segment, error) {
-	buf := make([]byte, 2*segMACSize)
-	fd, n, err := heap.RecvFD(sc.c, buf)
+// sendSeg sends this PE's memfd.
+func (sc *segConn) sendSeg(fd int) error {
+	return heap.SendFD(sc.c, fd, []byte{segFD})
+}
+
+// recvSeg receives the peer's memfd, checks the message, then maps it
+// and checks the header.
+func (sc *segConn) recvSeg(size uint64) (*heap.Segment, error) {
+	var buf [1]byte
+	fd, n, err := heap.RecvFD(sc.c, buf[:])
 	if err != nil {
 		return nil, err
 	}
-	want := segMAC(sc.env.Key, label, sc.mine.nonce[:], sc.theirs.nonce[:], sc.env.JobID, sc.peer, sc.me)
-	if n != segMACSize || !auth.Equal(buf[:n], want) {
+	if n != 1 || buf[0] != segFD {
 		heap.CloseFD(fd)
-		return nil, fmt.Errorf("shmem: same-host PE %d failed the job-key check: %w", sc.peer, ErrAuth)
+		return nil, fmt.Errorf("shmem: segment message from PE %d of %d bytes (% x), want %q: %w", sc.peer, n, buf[:n], segFD, ErrProtocol)
 	}
 	seg, err := heap.Map(fd, size)
 	if err != nil {
@@ -179,26 +171,26 @@ func (sc *segConn) recvSeg(label string, size uint64) (*heap.Segment, error) {
 	return seg, nil
 }
 
-// dial is the higher rank's side with PE r.
+// dial is the higher rank's side with PE sc.peer.
 func (sc *segConn) dial(fd int, size uint64) (*heap.Segment, error) {
 	if err := sc.sendHello(); err != nil {
 		return nil, err
 	}
-	if err := sc.readHello(); err != nil {
-		return nil, err
-	}
-	if int(sc.theirs.rank) != sc.peer {
-		return nil, fmt.Errorf("hello from rank %d on PE %d's socket: %w", sc.theirs.rank, sc.peer, ErrProtocol)
-	}
-	proof := segMAC(sc.env.Key, segLabelProof, sc.theirs.nonce[:], sc.mine.nonce[:], sc.env.JobID, sc.me, sc.peer)
-	if _, err := sc.c.Write(proof); err != nil {
-		return nil, err
-	}
-	seg, err := sc.recvSeg(segLabelAcceptor, size)
+	h, err := sc.readHello()
 	if err != nil {
 		return nil, err
 	}
-	if err := sc.sendSeg(fd, segLabelDialer); err != nil {
+	if int64(h.rank) != int64(sc.peer) {
+		return nil, fmt.Errorf("hello from rank %d on PE %d's socket: %w", h.rank, sc.peer, ErrProtocol)
+	}
+	if err := sc.exchange(auth.Responder, sc.mine, sc.theirs); err != nil {
+		return nil, err
+	}
+	seg, err := sc.recvSeg(size)
+	if err != nil {
+		return nil, err
+	}
+	if err := sc.sendSeg(fd); err != nil {
 		seg.Close()
 		return nil, err
 	}
@@ -207,28 +199,25 @@ func (sc *segConn) dial(fd int, size uint64) (*heap.Segment, error) {
 
 // accept is the lower rank's side: want says which ranks may connect.
 func (sc *segConn) accept(fd int, want func(int) bool, size func(int) uint64) (*heap.Segment, error) {
-	if err := sc.readHello(); err != nil {
+	h, err := sc.readHello()
+	if err != nil {
 		return nil, err
 	}
-	r := int(sc.theirs.rank)
+	r := int(h.rank)
 	if r < 0 || !want(r) {
-		return nil, fmt.Errorf("hello from rank %d, which is not a same-host peer still expected: %w", sc.theirs.rank, ErrProtocol)
+		return nil, fmt.Errorf("hello from rank %d, which is not a same-host peer still expected: %w", h.rank, ErrProtocol)
 	}
 	sc.peer = r
 	if err := sc.sendHello(); err != nil {
 		return nil, err
 	}
-	var proof [segMACSize]byte
-	if _, err := io.ReadFull(sc.c, proof[:]); err != nil {
+	if err := sc.exchange(auth.Initiator, sc.theirs, sc.mine); err != nil {
 		return nil, err
 	}
-	if !auth.Equal(proof[:], segMAC(sc.env.Key, segLabelProof, sc.mine.nonce[:], sc.theirs.nonce[:], sc.env.JobID, r, sc.me)) {
-		return nil, fmt.Errorf("connection claiming to be PE %d failed the job-key check: %w", r, ErrAuth)
-	}
-	if err := sc.sendSeg(fd, segLabelAcceptor); err != nil {
+	if err := sc.sendSeg(fd); err != nil {
 		return nil, err
 	}
-	return sc.recvSeg(segLabelDialer, size(r))
+	return sc.recvSeg(size(r))
 }
 
 // exchangeSegments maps every same-host peer's segment: it dials the

@@ -22,15 +22,12 @@ import (
 )
 
 func TestSegExchangeConstants(t *testing.T) {
-	if segMagic != "GSHMSEG2" || segVersion != 2 || segHelloSize != 48 || segMACSize != 32 || segBye != 0x42 {
-		t.Fatalf("segment exchange constants changed: %q %d %d %d %#x", segMagic, segVersion, segHelloSize, segMACSize, segBye)
+	if segMagic != "GSHMSEG3" || segVersion != 3 || segHelloSize != 16 || segFD != 0x53 || segBye != 0x42 || segLabel != "goshmem-seg3" {
+		t.Fatalf("segment exchange constants changed: %q %d %d %#x %#x %q", segMagic, segVersion, segHelloSize, segFD, segBye, segLabel)
 	}
 	h := segHello{version: segVersion, rank: 0x01020304}
-	for i := range h.nonce {
-		h.nonce[i] = byte(i)
-	}
 	b := appendSegHello(nil, h)
-	want := append([]byte("GSHMSEG2\x02\x00\x00\x00\x01\x02\x03\x04"), h.nonce[:]...)
+	want := []byte("GSHMSEG3\x03\x00\x00\x00\x01\x02\x03\x04")
 	if !bytes.Equal(b, want) {
 		t.Fatalf("hello bytes\n got %x\nwant %x", b, want)
 	}
@@ -43,26 +40,11 @@ func TestSegExchangeConstants(t *testing.T) {
 			t.Fatalf("%d-byte prefix: %v, want ErrProtocol", n, err)
 		}
 	}
-	for _, i := range []int{0, 7, 8} {
+	for _, i := range []int{0, 7, 8, 9, 11} {
 		bad := bytes.Clone(b)
 		bad[i] ^= 0x40
 		if _, err := parseSegHello(bad); !errors.Is(err, ErrProtocol) {
 			t.Fatalf("flipped byte %d: %v, want ErrProtocol", i, err)
-		}
-	}
-	// The MACs of the two directions and of the proof differ.
-	key := []byte("k")
-	m := [][]byte{
-		segMAC(key, segLabelProof, []byte("a"), []byte("b"), "j", 1, 0),
-		segMAC(key, segLabelAcceptor, []byte("a"), []byte("b"), "j", 1, 0),
-		segMAC(key, segLabelDialer, []byte("a"), []byte("b"), "j", 1, 0),
-		segMAC(key, segLabelProof, []byte("a"), []byte("b"), "j", 0, 1),
-	}
-	for i := range m {
-		for j := i + 1; j < len(m); j++ {
-			if bytes.Equal(m[i], m[j]) {
-				t.Fatalf("MACs %d and %d are equal", i, j)
-			}
 		}
 	}
 }
@@ -86,7 +68,7 @@ func TestSegSockName(t *testing.T) {
 
 func FuzzParseSegHello(f *testing.F) {
 	f.Add(appendSegHello(nil, segHello{version: segVersion, rank: 3}))
-	f.Add([]byte("GSHMSEG1"))
+	f.Add([]byte("GSHMSEG2\x02\x00\x00\x00\x00\x00\x00\x01"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := parseSegHello(b)
 		if err == nil && !bytes.Equal(appendSegHello(nil, h), b) {
@@ -148,13 +130,15 @@ func TestSegExchangeStrangers(t *testing.T) {
 	start := time.Now()
 	errc := make(chan error, 2)
 	go func() { errc <- a.exchangeSegments(ctx, env, eps) }()
-	// The liar reads PE 0's hello, sends a wrong proof, and must get no
-	// descriptor: the connection ends instead.
-	var h [segHelloSize]byte
+	// The liar reads PE 0's hello and CHALLENGE, answers with a proof
+	// made without the key, and must get no descriptor: an auth REFUSE
+	// and the end of the connection instead.
+	var h [segHelloSize + 36]byte
 	if _, err := io.ReadFull(liar, h[:]); err != nil {
-		t.Fatalf("liar reading PE 0's hello: %v", err)
+		t.Fatalf("liar reading PE 0's hello and challenge: %v", err)
 	}
-	liar.Write(make([]byte, segMACSize))
+	resp := append([]byte{0x01, 0xA2, 0, 0}, make([]byte, 64)...)
+	liar.Write(resp)
 	if fd, _, err := heap.RecvFD(liar, make([]byte, 64)); err == nil {
 		heap.CloseFD(fd)
 		t.Fatal("a stranger with a wrong proof received PE 0's segment descriptor")
@@ -170,5 +154,46 @@ func TestSegExchangeStrangers(t *testing.T) {
 	}
 	if a.peers[1].mem == nil || d.peers[0].mem == nil || !a.peers[1].seg.CheckHeader(1) || !d.peers[0].seg.CheckHeader(0) {
 		t.Fatal("the PEs did not map each other's segments")
+	}
+}
+
+// A same-host PE with another job key fails the key exchange: the dialer
+// gets ErrAuth at once (no retries until the deadline), and neither side
+// maps the other's segment.
+func TestSegExchangeWrongKey(t *testing.T) {
+	for _, wrongDialer := range []bool{true, false} {
+		key, other := make([]byte, boot.KeySize), make([]byte, boot.KeySize)
+		rand.Read(key)
+		rand.Read(other)
+		envA, envD := boot.Env{JobID: "seg-test", Key: key}, boot.Env{JobID: "seg-test", Key: key}
+		if wrongDialer {
+			envD.Key = other
+		} else {
+			envA.Key = other
+		}
+		a, d := testSegPE(t, 0, 2), testSegPE(t, 1, 2)
+		var nonce [8]byte
+		rand.Read(nonce[:])
+		sock := "@goshmem-seg-test-" + hex.EncodeToString(nonce[:])
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.unixLn = ln
+		eps := []endpoint{{Rank: 0, Host: "h", Sock: sock, SegSize: a.seg.Size()}, {Rank: 1, Host: "h", SegSize: d.seg.Size()}}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		errA := make(chan error, 1)
+		go func() { errA <- a.exchangeSegments(ctx, envA, eps) }()
+		errD := d.exchangeSegments(ctx, envD, eps)
+		if !errors.Is(errD, ErrAuth) || errors.Is(errD, ErrTimeout) {
+			t.Errorf("wrong key on the dialer %v: dialer %v, want ErrAuth", wrongDialer, errD)
+		}
+		cancel()
+		if err := <-errA; err == nil {
+			t.Errorf("wrong key on the dialer %v: the acceptor completed", wrongDialer)
+		}
+		if a.peers[1].mem != nil || d.peers[0].mem != nil {
+			t.Errorf("wrong key on the dialer %v: a segment was mapped", wrongDialer)
+		}
 	}
 }
