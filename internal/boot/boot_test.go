@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/auth"
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
@@ -317,25 +318,30 @@ func TestImpostorServer(t *testing.T) {
 		b, _ := encodeMessage(h, m)
 		nc.Write(b)
 	}
-	got := make(chan byte, 1)
-	// Accepts any Join and answers a Welcome it cannot have computed.
+	got := make(chan []byte, 1)
+	// Accepts any Join, runs the key exchange with a PROOF it cannot have
+	// computed, and sends Welcome.
 	addr := fakeServer(t, func(nc net.Conn) {
-		send(nc, &hello{Magic: helloMagic, Version: helloVersion, JobID: "j", Nonce: newNonce()})
+		send(nc, &hello{Magic: helloMagic, Version: helloVersion, JobID: "j"})
 		readFrame(nc, MaxFrame)
-		send(nc, &welcome{MAC: newNonce()})
-		kind, _, _ := readFrame(nc, MaxFrame)
-		got <- kind
+		nc.Write(append([]byte{0x01, 0xA1, 0, 0}, make([]byte, 32)...)) // auth CHALLENGE
+		io.ReadFull(nc, make([]byte, 68))                               // the client's RESPONSE
+		nc.Write(append([]byte{0x01, 0xA3, 0, 0}, make([]byte, 32)...)) // a forged PROOF
+		send(nc, &welcome{})
+		ans := make([]byte, 4)
+		io.ReadFull(nc, ans)
+		got <- ans
 	})
 	_, err := Dial(context.Background(), addr, "j", testKey(1), 0, 1)
-	if !errors.Is(err, errs.Auth) {
-		t.Fatalf("impostor: %v, want errs.Auth", err)
+	if !errors.Is(err, errs.Auth) || !errors.Is(err, auth.ErrKey) {
+		t.Fatalf("impostor: %v, want errs.Auth and auth.ErrKey", err)
 	}
-	if k := <-got; k != kindError {
-		t.Fatalf("client answered the impostor with kind %#02x, want Error", k)
+	if a := <-got; !bytes.Equal(a, []byte{0x01, 0xAF, 0x01, 0}) {
+		t.Fatalf("client answered the impostor with % x, want an auth REFUSE", a)
 	}
 
 	addr = fakeServer(t, func(nc net.Conn) {
-		send(nc, &hello{Magic: "httpboot", Version: helloVersion, JobID: "j", Nonce: newNonce()})
+		send(nc, &hello{Magic: "httpboot", Version: helloVersion, JobID: "j"})
 		readFrame(nc, MaxFrame)
 	})
 	_, err = Dial(context.Background(), addr, "j", testKey(1), 0, 1)

@@ -178,22 +178,19 @@ func (c *Client) handshake(addr, jobID string, key []byte) error {
 		c.refuse(errCodeAuth, "job id mismatch")
 		return fail("the server runs job %q, this PE belongs to job %q: %w", hm.JobID, jobID, ErrOtherJob)
 	}
-	cn := newNonce()
-	if err := c.writeNow(&join{Rank: c.rank, Size: c.size, Nonce: cn, MAC: clientMAC(key, hm.Nonce, cn, jobID, c.rank)}); err != nil {
+	if err := c.writeNow(&join{Rank: c.rank, Size: c.size}); err != nil {
 		return fail("sending Join: %w", err)
+	}
+	if err := auth.Exchange(c.nc, key, auth.Responder, labelBoot, bootBound(jobID, c.rank, c.size)...); err != nil {
+		return fail("key exchange: %w", err)
 	}
 	m, err = c.readHandshake()
 	if err != nil {
 		return fail("reading Welcome: %w", err)
 	}
-	wm, ok := m.(*welcome)
-	if !ok {
+	if _, ok := m.(*welcome); !ok {
 		c.refuse(errCodeProtocol, "expected Welcome")
 		return fail("expected Welcome, got message kind %#02x: %w", m.kind(), errs.Protocol)
-	}
-	if !auth.Equal(serverMAC(key, cn, hm.Nonce, jobID, c.rank), wm.MAC) {
-		c.refuse(errCodeAuth, "server MAC does not verify")
-		return fail("the server did not prove it holds the job key")
 	}
 	return nil
 }

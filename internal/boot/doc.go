@@ -20,9 +20,9 @@
 // meaning needs a new kind or Version.
 //
 //	kind  name          direction  fields (codec names)
-//	0x01  Hello         s -> c     magic "goshboot", version 1, job, nonce [32]
-//	0x02  Join          c -> s     rank, size, nonce [32], mac [32]
-//	0x03  Welcome       s -> c     mac [32]
+//	0x01  Hello         s -> c     magic "goshboot", version 2, job
+//	0x02  Join          c -> s     rank, size; then the key exchange (auth.go)
+//	0x03  Welcome       s -> c     (empty map)
 //	0x04  Error         both       code (1 auth, 2 protocol, 3 invalid), msg
 //	0x10  Gather        c -> s     round (1, 2, ...), data (<= 1 MiB)
 //	0x11  GatherResult  s -> c     round, data (one bin per rank, by rank)
@@ -39,19 +39,16 @@
 //
 // # Handshake
 //
-// The server sends Hello with a fresh nonce. The client checks magic,
-// version and job id, and answers Join with its own nonce and
-//
-//	HMAC-SHA256(key, "goshmem-boot-client" || serverNonce || clientNonce || jobID || rank as 4 bytes BE)
-//
-// The server checks the MAC (in constant time), then that the size
-// matches, the rank is in range and the rank may join (see Generations),
-// and answers Welcome with
-//
-//	HMAC-SHA256(key, "goshmem-boot-server" || clientNonce || serverNonce || jobID || rank as 4 bytes BE)
-//
-// which the client checks. The key never goes on the wire. On any
-// failure the refusing side sends Error and closes; the client's error
+// The server sends Hello. The client checks magic, version and job id,
+// and answers Join with its rank and the job size. Then, on the raw
+// connection and outside any frame, the two run the runtime's one
+// challenge-response exchange (auth.Exchange, the server its initiator;
+// see auth.go for the label and bound fields): the server checks the
+// client's proof first, the client the server's. The server then checks
+// that the size matches, the rank is in range and the rank may join
+// (see Generations), and answers Welcome. The key never goes on the
+// wire. On a failed exchange the refusing side sends the exchange's
+// REFUSE, on any other failure Error, and closes; the client's error
 // wraps errs.Auth, and the job is unaffected (the peer never joined).
 // The whole handshake is bounded by HandshakeTimeout.
 //

@@ -6,7 +6,6 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 
-	"github.com/goshmem/goshmem/internal/auth"
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
@@ -32,9 +31,7 @@ const (
 // Wire values of the handshake.
 const (
 	helloMagic   = "goshboot"
-	helloVersion = 1
-	nonceSize    = auth.NonceSize
-	macSize      = 32 // HMAC-SHA256
+	helloVersion = 2
 )
 
 // Bounds on what a peer may send, checked before the bytes are used.
@@ -54,7 +51,7 @@ const (
 
 // Error codes carried in an Error message.
 const (
-	errCodeAuth     = 1 // handshake refused: bad MAC, job id, rank or size
+	errCodeAuth     = 1 // handshake refused: job id, rank or size (a bad proof is refused inside the key exchange)
 	errCodeProtocol = 2 // malformed or unexpected frame
 	errCodeInvalid  = 3 // a well-formed request the receiver cannot honour
 )
@@ -71,37 +68,28 @@ type message interface {
 //
 //	field    codec name  type    meaning
 //	Magic    magic       string  "goshboot"
-//	Version  version     uint    1
+//	Version  version     uint    2
 //	JobID    job         string  the server's job id, at most 4 KiB
-//	Nonce    nonce       bin 32  the server's fresh random challenge
 type hello struct {
 	Magic   string `codec:"magic"`
 	Version uint   `codec:"version"`
 	JobID   string `codec:"job"`
-	Nonce   []byte `codec:"nonce"`
 }
 
-// join answers hello (client -> server).
+// join answers hello (client -> server). The key exchange (auth.go)
+// follows it on the raw connection.
 //
 //	field  codec name  type    meaning
 //	Rank   rank        int     the client's rank, 0 <= rank < size
 //	Size   size        int     the job size the client was told
-//	Nonce  nonce       bin 32  the client's fresh random challenge
-//	MAC    mac         bin 32  clientMAC(key, hello.Nonce, Nonce, jobID, Rank)
 type join struct {
-	Rank  int    `codec:"rank"`
-	Size  int    `codec:"size"`
-	Nonce []byte `codec:"nonce"`
-	MAC   []byte `codec:"mac"`
+	Rank int `codec:"rank"`
+	Size int `codec:"size"`
 }
 
-// welcome accepts a join (server -> client).
-//
-//	field  codec name  type    meaning
-//	MAC    mac         bin 32  serverMAC(key, join.Nonce, hello.Nonce, jobID, Rank)
-type welcome struct {
-	MAC []byte `codec:"mac"`
-}
+// welcome accepts a join (server -> client), after the key exchange.
+// It has no fields (an empty map).
+type welcome struct{}
 
 // errorMsg reports why the sender is about to close (either way).
 //
@@ -228,13 +216,6 @@ func protoErr(format string, args ...any) error {
 	return fmt.Errorf("boot: "+format+": %w", append(args, errs.Protocol)...)
 }
 
-func checkLen(what string, b []byte, want int) error {
-	if len(b) != want {
-		return protoErr("%s of %d bytes, want %d", what, len(b), want)
-	}
-	return nil
-}
-
 func checkText(what, s string) error {
 	if len(s) > maxText {
 		return protoErr("%s of %d bytes, limit %d", what, len(s), maxText)
@@ -260,10 +241,7 @@ func (m *hello) check() error {
 	if err := checkText("job id", m.JobID); err != nil {
 		return err
 	}
-	if err := checkText("magic", m.Magic); err != nil {
-		return err
-	}
-	return checkLen("server nonce", m.Nonce, nonceSize)
+	return checkText("magic", m.Magic)
 }
 
 func (m *join) check() error {
@@ -273,13 +251,10 @@ func (m *join) check() error {
 	if m.Size < 1 || m.Size > math.MaxInt32 {
 		return protoErr("job size %d out of range", m.Size)
 	}
-	if err := checkLen("client nonce", m.Nonce, nonceSize); err != nil {
-		return err
-	}
-	return checkLen("client MAC", m.MAC, macSize)
+	return nil
 }
 
-func (m *welcome) check() error { return checkLen("server MAC", m.MAC, macSize) }
+func (*welcome) check() error { return nil }
 
 func (m *errorMsg) check() error { return checkText("error message", m.Msg) }
 

@@ -2,8 +2,6 @@ package boot
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -49,9 +47,7 @@ func TestWireConstants(t *testing.T) {
 		{"MaxFrame", MaxFrame, 16 << 20},
 		{"maxHandshakeFrame", maxHandshakeFrame, 4096},
 		{"MaxGatherData", MaxGatherData, 1 << 20},
-		{"nonceSize", nonceSize, 32},
-		{"macSize", macSize, 32},
-		{"helloVersion", helloVersion, 1},
+		{"helloVersion", helloVersion, 2},
 		{"errCodeAuth", errCodeAuth, 1},
 		{"errCodeProtocol", errCodeProtocol, 2},
 		{"errCodeInvalid", errCodeInvalid, 3},
@@ -65,8 +61,8 @@ func TestWireConstants(t *testing.T) {
 	if helloMagic != "goshboot" {
 		t.Errorf("helloMagic = %q", helloMagic)
 	}
-	if labelClient != "goshmem-boot-client" || labelServer != "goshmem-boot-server" {
-		t.Errorf("MAC labels %q %q", labelClient, labelServer)
+	if labelBoot != "goshmem-boot-v2" {
+		t.Errorf("exchange label %q", labelBoot)
 	}
 	for name, v := range map[string]string{
 		EnvRank: "GOSHMEM_RANK", EnvSize: "GOSHMEM_SIZE", EnvJobID: "GOSHMEM_JOBID",
@@ -81,11 +77,10 @@ func TestWireConstants(t *testing.T) {
 
 // sampleMessages holds one valid message of every kind.
 func sampleMessages() []message {
-	n := bytes.Repeat([]byte{0xAB}, 32)
 	return []message{
-		&hello{Magic: helloMagic, Version: helloVersion, JobID: "job-1", Nonce: n},
-		&join{Rank: 3, Size: 8, Nonce: n, MAC: n},
-		&welcome{MAC: n},
+		&hello{Magic: helloMagic, Version: helloVersion, JobID: "job-1"},
+		&join{Rank: 3, Size: 8},
+		&welcome{},
 		&errorMsg{Code: errCodeAuth, Msg: "no"},
 		&gather{Round: 1, Data: []byte("hi")},
 		&gatherResult{Round: 2, Data: [][]byte{[]byte("a"), {}, []byte("ccc")}},
@@ -204,13 +199,10 @@ func TestDecodeRejects(t *testing.T) {
 		}
 		return b[4], b[5:]
 	}
-	short := []byte{1, 2, 3}
 	bad := []message{
-		&hello{Magic: helloMagic, Version: 1, JobID: "j", Nonce: short},
-		&join{Rank: -1, Size: 2, Nonce: make([]byte, 32), MAC: make([]byte, 32)},
-		&join{Rank: 0, Size: 0, Nonce: make([]byte, 32), MAC: make([]byte, 32)},
-		&join{Rank: 0, Size: 2, Nonce: make([]byte, 32), MAC: short},
-		&welcome{MAC: nil},
+		&hello{Magic: helloMagic, Version: helloVersion, JobID: string(make([]byte, maxText+1))},
+		&join{Rank: -1, Size: 2},
+		&join{Rank: 0, Size: 0},
 		&gather{Round: 0},
 		&gather{Round: 1, Data: make([]byte, MaxGatherData+1)},
 		&gatherResult{Round: 0},
@@ -302,28 +294,18 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-func TestMACs(t *testing.T) {
-	key := []byte("k")
-	sn := bytes.Repeat([]byte{1}, 32)
-	cn := bytes.Repeat([]byte{2}, 32)
-	ref := func(label string, a, b []byte) []byte {
-		m := hmac.New(sha256.New, key)
-		field := func(f []byte) { m.Write([]byte{0, 0, 0, byte(len(f))}); m.Write(f) }
-		field([]byte(label))
-		field(a)
-		field(b)
-		field([]byte("job"))
-		field([]byte{0, 0, 1, 2})
-		return m.Sum(nil)
+// The exchange's bound fields are the job id and rank and size as 4
+// bytes big-endian each.
+func TestBootBound(t *testing.T) {
+	got := bootBound("job", 258, 1<<20)
+	want := [][]byte{[]byte("job"), {0, 0, 1, 2}, {0, 0x10, 0, 0}}
+	if len(got) != len(want) {
+		t.Fatalf("%d fields", len(got))
 	}
-	if got := clientMAC(key, sn, cn, "job", 258); !bytes.Equal(got, ref("goshmem-boot-client", sn, cn)) {
-		t.Errorf("clientMAC % x", got)
-	}
-	if got := serverMAC(key, cn, sn, "job", 258); !bytes.Equal(got, ref("goshmem-boot-server", cn, sn)) {
-		t.Errorf("serverMAC % x", got)
-	}
-	if bytes.Equal(clientMAC(key, sn, cn, "job", 1), serverMAC(key, sn, cn, "job", 1)) {
-		t.Error("client and server MACs coincide")
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Errorf("field %d: % x, want % x", i, got[i], want[i])
+		}
 	}
 }
 

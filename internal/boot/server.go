@@ -348,8 +348,7 @@ func (s *Server) forget(c *srvConn) {
 // the peer why (if it can) and reports false; the job is unaffected.
 func (s *Server) handshake(c *srvConn) bool {
 	c.nc.SetDeadline(time.Now().Add(s.handshakeTimeout))
-	sn := newNonce()
-	if !s.writeNow(c, &hello{Magic: helloMagic, Version: helloVersion, JobID: s.jobID, Nonce: sn}) {
+	if !s.writeNow(c, &hello{Magic: helloMagic, Version: helloVersion, JobID: s.jobID}) {
 		return false
 	}
 	kind, body, err := readFrame(c.nc, maxHandshakeFrame)
@@ -372,10 +371,9 @@ func (s *Server) handshake(c *srvConn) bool {
 		return false
 	}
 	j := m.(*join)
-	// The MAC first: a peer that cannot prove the key learns nothing
-	// about the job's ranks.
-	if !auth.Equal(clientMAC(s.key, sn, j.Nonce, s.jobID, j.Rank), j.MAC) {
-		s.refuse(c, errCodeAuth, "join refused: MAC does not verify (wrong job key or job id)")
+	// The key first: a peer that cannot prove it learns nothing about
+	// the job's ranks. A failed exchange has told the peer (auth REFUSE).
+	if err := auth.Exchange(c.nc, s.key, auth.Initiator, labelBoot, bootBound(s.jobID, j.Rank, j.Size)...); err != nil {
 		return false
 	}
 	if j.Size != s.size {
@@ -402,7 +400,7 @@ func (s *Server) handshake(c *srvConn) bool {
 	}
 	s.mu.Unlock()
 
-	if !s.writeNow(c, &welcome{MAC: serverMAC(s.key, j.Nonce, sn, s.jobID, j.Rank)}) {
+	if !s.writeNow(c, &welcome{}) {
 		s.lose(c, "failed to receive Welcome")
 		return false
 	}
