@@ -36,9 +36,10 @@ const (
 	MACSize   = sha256.Size
 )
 
-// MAC returns the MAC of fields under label with key (see the package
-// doc for the exact bytes).
-func MAC(key []byte, label string, fields ...[]byte) []byte {
+// mac returns the MAC of fields under label with key (see the package
+// doc for the exact bytes). It is unexported so that Exchange stays the
+// only way the runtime proves the key.
+func mac(key []byte, label string, fields ...[]byte) []byte {
 	m := hmac.New(sha256.New, key)
 	var n [4]byte
 	binary.BigEndian.PutUint32(n[:], uint32(len(label)))
@@ -52,23 +53,17 @@ func MAC(key []byte, label string, fields ...[]byte) []byte {
 	return m.Sum(nil)
 }
 
-// Verify reports, in constant time, whether mac is MAC(key, label,
-// fields...).
-func Verify(mac, key []byte, label string, fields ...[]byte) bool {
-	return hmac.Equal(mac, MAC(key, label, fields...))
-}
-
-// Nonce returns NonceSize fresh random bytes. crypto/rand.Read never
+// nonce returns NonceSize fresh random bytes. crypto/rand.Read never
 // fails on Linux (it aborts the process if the kernel cannot supply
 // randomness).
-func Nonce() []byte {
+func nonce() []byte {
 	b := make([]byte, NonceSize)
 	rand.Read(b)
 	return b
 }
 
-// Uint32 is v as 4 bytes big-endian, for a MAC field.
+// Uint32 is v as 4 bytes big-endian, for a bound field of Exchange.
 func Uint32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
 
-// Equal reports, in constant time, whether two MACs are equal.
-func Equal(a, b []byte) bool { return hmac.Equal(a, b) }
+// equal reports, in constant time, whether two MACs are equal.
+func equal(a, b []byte) bool { return hmac.Equal(a, b) }

@@ -15,26 +15,26 @@ func FuzzMAC(f *testing.F) {
 	f.Add([]byte("k"), "l", []byte{0, 0, 0, 1, 0}, uint8(1), uint8(4), bytes.Repeat([]byte{0xff}, MACSize))
 	f.Fuzz(func(t *testing.T, key []byte, label string, b []byte, i, j uint8, other []byte) {
 		si, sj := int(i)%(len(b)+1), int(j)%(len(b)+1)
-		mi := MAC(key, label, b[:si], b[si:])
+		mi := mac(key, label, b[:si], b[si:])
 		if len(mi) != MACSize {
 			t.Fatalf("MAC of %d bytes", len(mi))
 		}
-		if si != sj && bytes.Equal(mi, MAC(key, label, b[:sj], b[sj:])) {
+		if si != sj && bytes.Equal(mi, mac(key, label, b[:sj], b[sj:])) {
 			t.Fatalf("splitting %x at %d and at %d gives the same MAC", b, si, sj)
 		}
-		if bytes.Equal(mi, MAC(key, label, b)) {
+		if bytes.Equal(mi, mac(key, label, b)) {
 			t.Fatalf("two fields and their concatenation give the same MAC")
 		}
-		if !Verify(mi, key, label, b[:si], b[si:]) {
+		if !verify(mi, key, label, b[:si], b[si:]) {
 			t.Fatal("Verify refuses the MAC")
 		}
 		flip := append([]byte(nil), mi...)
 		flip[int(j)%MACSize] ^= 1 << (i % 8)
-		if Verify(flip, key, label, b[:si], b[si:]) || Verify(mi[:MACSize-1], key, label, b[:si], b[si:]) ||
-			Verify(append(mi, 0), key, label, b[:si], b[si:]) {
+		if verify(flip, key, label, b[:si], b[si:]) || verify(mi[:MACSize-1], key, label, b[:si], b[si:]) ||
+			verify(append(mi, 0), key, label, b[:si], b[si:]) {
 			t.Fatal("Verify accepts a damaged MAC")
 		}
-		if !bytes.Equal(other, mi) && Verify(other, key, label, b[:si], b[si:]) {
+		if !bytes.Equal(other, mi) && verify(other, key, label, b[:si], b[si:]) {
 			t.Fatalf("Verify accepts %x", other)
 		}
 	})

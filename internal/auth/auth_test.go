@@ -19,7 +19,7 @@ func TestMACBytes(t *testing.T) {
 	m.Write([]byte{0, 0, 0, 0})
 	m.Write([]byte{0, 0, 0, 1})
 	m.Write([]byte("c"))
-	if got := MAC(key, "label", []byte("ab"), nil, []byte("c")); !bytes.Equal(got, m.Sum(nil)) || len(got) != MACSize {
+	if got := mac(key, "label", []byte("ab"), nil, []byte("c")); !bytes.Equal(got, m.Sum(nil)) || len(got) != MACSize {
 		t.Fatalf("MAC % x", got)
 	}
 }
@@ -29,12 +29,12 @@ func TestMACBytes(t *testing.T) {
 func TestMACSeparates(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
 	macs := [][]byte{
-		MAC(key, "l", []byte("ab"), []byte("c")),
-		MAC(key, "l", []byte("a"), []byte("bc")),
-		MAC(key, "l", []byte("abc")),
-		MAC(key, "la", []byte("bc")),
-		MAC(key, "m", []byte("ab"), []byte("c")),
-		MAC([]byte("another key of thirty-two bytes!"), "l", []byte("ab"), []byte("c")),
+		mac(key, "l", []byte("ab"), []byte("c")),
+		mac(key, "l", []byte("a"), []byte("bc")),
+		mac(key, "l", []byte("abc")),
+		mac(key, "la", []byte("bc")),
+		mac(key, "m", []byte("ab"), []byte("c")),
+		mac([]byte("another key of thirty-two bytes!"), "l", []byte("ab"), []byte("c")),
 	}
 	for i := range macs {
 		for j := i + 1; j < len(macs); j++ {
@@ -43,10 +43,16 @@ func TestMACSeparates(t *testing.T) {
 			}
 		}
 	}
-	if !Verify(macs[0], key, "l", []byte("ab"), []byte("c")) || Verify(macs[1], key, "l", []byte("ab"), []byte("c")) {
+	if !verify(macs[0], key, "l", []byte("ab"), []byte("c")) || verify(macs[1], key, "l", []byte("ab"), []byte("c")) {
 		t.Fatal("Verify")
 	}
-	if a, b := Nonce(), Nonce(); len(a) != NonceSize || bytes.Equal(a, b) {
+	if a, b := nonce(), nonce(); len(a) != NonceSize || bytes.Equal(a, b) {
 		t.Fatal("Nonce")
 	}
+}
+
+// verify reports, in constant time, whether m is mac(key, label,
+// fields...).
+func verify(m, key []byte, label string, fields ...[]byte) bool {
+	return equal(m, mac(key, label, fields...))
 }

@@ -20,8 +20,8 @@ import (
 //	responder -> initiator  RESPONSE   nonceR, proofR
 //	initiator -> responder  PROOF      proofI
 //
-//	proofR = MAC(key, label, "responder", nonceI, nonceR, bound...)
-//	proofI = MAC(key, label, "initiator", nonceI, nonceR, bound...)
+//	proofR = mac(key, label, "responder", nonceI, nonceR, bound...)
+//	proofI = mac(key, label, "initiator", nonceI, nonceR, bound...)
 //
 // with MAC as in the package doc. Each message is a 4-byte header and a
 // fixed body; nothing on the wire gives a length:
@@ -40,7 +40,7 @@ import (
 // place of its next message (best effort) and returns.
 //
 // Properties:
-//   - Both nonces are fresh random bytes (Nonce) drawn per call, so a
+//   - Both nonces are fresh random bytes drawn per call, so a
 //     proof recorded in one exchange is worth nothing in another.
 //   - Each proof covers both nonces, the prover's role, the label and
 //     every bound field. The role keeps the responder's proof from being
@@ -127,7 +127,7 @@ const (
 )
 
 func initiate(rw io.ReadWriter, key []byte, label string, bound [][]byte) error {
-	nonceI := Nonce()
+	nonceI := nonce()
 	if _, err := rw.Write(appendExMsg(make([]byte, 0, exChallengeLen), exChallenge, nonceI)); err != nil {
 		return fmt.Errorf("auth: %s: sending CHALLENGE: %w", label, err)
 	}
@@ -136,7 +136,7 @@ func initiate(rw io.ReadWriter, key []byte, label string, bound [][]byte) error 
 		return err
 	}
 	nonceR, proofR := b[exHeaderLen:exHeaderLen+NonceSize], b[exHeaderLen+NonceSize:]
-	if !Equal(proofR, proof(key, label, Responder, nonceI, nonceR, bound)) {
+	if !equal(proofR, proof(key, label, Responder, nonceI, nonceR, bound)) {
 		rw.Write(appendRefuse(whyProof))
 		return fmt.Errorf("auth: %s: the responder's proof: %w: %w", label, ErrKey, errs.Auth)
 	}
@@ -151,7 +151,7 @@ func respond(rw io.ReadWriter, key []byte, label string, bound [][]byte) error {
 	if err := readExMsg(rw, label, c[:], exChallenge); err != nil {
 		return err
 	}
-	nonceI, nonceR := c[exHeaderLen:], Nonce()
+	nonceI, nonceR := c[exHeaderLen:], nonce()
 	if _, err := rw.Write(appendExMsg(make([]byte, 0, exResponseLen), exResponse, nonceR, proof(key, label, Responder, nonceI, nonceR, bound))); err != nil {
 		return fmt.Errorf("auth: %s: sending RESPONSE: %w", label, err)
 	}
@@ -159,7 +159,7 @@ func respond(rw io.ReadWriter, key []byte, label string, bound [][]byte) error {
 	if err := readExMsg(rw, label, p[:], exProof); err != nil {
 		return err
 	}
-	if !Equal(p[exHeaderLen:], proof(key, label, Initiator, nonceI, nonceR, bound)) {
+	if !equal(p[exHeaderLen:], proof(key, label, Initiator, nonceI, nonceR, bound)) {
 		rw.Write(appendRefuse(whyProof))
 		return fmt.Errorf("auth: %s: the initiator's proof: %w: %w", label, ErrKey, errs.Auth)
 	}
@@ -170,7 +170,7 @@ func respond(rw io.ReadWriter, key []byte, label string, bound [][]byte) error {
 func proof(key []byte, label string, role Role, nonceI, nonceR []byte, bound [][]byte) []byte {
 	fields := make([][]byte, 0, 3+len(bound))
 	fields = append(fields, []byte(role.String()), nonceI, nonceR)
-	return MAC(key, label, append(fields, bound...)...)
+	return mac(key, label, append(fields, bound...)...)
 }
 
 // appendExMsg appends the header of kind and then the body parts.

@@ -143,7 +143,7 @@ func TestExchangeReflection(t *testing.T) {
 	// A fake initiator has no key: it sends a nonce and reflects the
 	// responder's proof back.
 	err := script(t, Responder, "goshmem-test", func(c net.Conn) {
-		c.Write(appendExMsg(nil, exChallenge, Nonce()))
+		c.Write(appendExMsg(nil, exChallenge, nonce()))
 		resp := readN(c, exResponseLen)
 		c.Write(appendExMsg(nil, exProof, resp[exHeaderLen+NonceSize:]))
 	})
@@ -157,7 +157,7 @@ func TestExchangeReflection(t *testing.T) {
 	err = script(t, Initiator, "goshmem-test", func(c net.Conn) {
 		ch := readN(c, exChallengeLen)
 		n := ch[exHeaderLen:]
-		c.Write(appendExMsg(nil, exResponse, n, MAC(testKey, "goshmem-test", []byte("initiator"), n, n)))
+		c.Write(appendExMsg(nil, exResponse, n, mac(testKey, "goshmem-test", []byte("initiator"), n, n)))
 	})
 	if !errors.Is(err, ErrKey) {
 		t.Fatalf("initiator-role proof as the responder's: %v, want ErrKey", err)
@@ -224,8 +224,8 @@ func TestExchangeFreshNonces(t *testing.T) {
 // never a panic), and so is each message with a byte of its header
 // changed.
 func TestExchangeTruncatedAndDamaged(t *testing.T) {
-	resp := appendExMsg(nil, exResponse, Nonce(), make([]byte, MACSize))
-	chal := appendExMsg(nil, exChallenge, Nonce())
+	resp := appendExMsg(nil, exResponse, nonce(), make([]byte, MACSize))
+	chal := appendExMsg(nil, exChallenge, nonce())
 	for n := 0; n < len(resp); n++ {
 		if err := script(t, Initiator, "goshmem-test", func(c net.Conn) {
 			readN(c, exChallengeLen)
