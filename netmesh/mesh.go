@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goshmem/goshmem/internal/errs"
+	"github.com/goshmem/goshmem/internal/testhook"
 )
 
 // Mesh is one PE's set of links to the PEs on other hosts.
@@ -37,6 +38,7 @@ type Mesh struct {
 	oversub  atomic.Bool               // SetOversubscribed
 
 	lingerT *time.Timer // frees lingering read tokens (spin.go, freeLingering)
+	noNap   bool        // GOSHMEM_TEST_NONAP (testhook.NoNap): lingerT is never armed
 
 	// The watchdog goroutine's own (watchdog.go).
 	wclock    watchClock
@@ -69,6 +71,7 @@ func Listen(cfg Config) (*Mesh, error) {
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.lingerT = time.AfterFunc(time.Hour, m.freeLingering)
 	m.lingerT.Stop()
+	m.noNap = testhook.NoNap()
 	m.wg.Add(2)
 	go m.acceptLoop()
 	go m.watchdog()

@@ -450,7 +450,15 @@ const lingerFor = 50 * time.Microsecond
 // runs after every linger (Reset of a func timer either reschedules its
 // run or schedules another), and while Polls follow each other it never
 // runs. Resetting costs about 50 ns.
-func (m *Mesh) lingerArm() { m.lingerT.Reset(lingerFor) }
+//
+// Under GOSHMEM_TEST_NONAP (testhook.NoNap) the timer is never armed:
+// a frame that only the timer would have read stays unread, and the
+// wait or call it ends fails at its timeout instead of passing late.
+func (m *Mesh) lingerArm() {
+	if !m.noNap {
+		m.lingerT.Reset(lingerFor)
+	}
+}
 
 // freeLingering frees every lingering token, under its stream's lock
 // (one that a caller or Poll lingers again meanwhile is freed too, or at

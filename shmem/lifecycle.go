@@ -214,9 +214,16 @@ func (pe *PE) settle(from, next uint64) (bool, error) {
 				}
 			}
 		}
-		// A waiter that read the state just before begin may have gone
-		// to sleep between its check and our wake: wake again.
-		if from == stDraining {
+		// The re-wake is a rescue only: a waiter checks the state after
+		// it read the wake word (or the poke channel), so begin's wake
+		// reaches every wait. Under GOSHMEM_TEST_NONAP it is left out,
+		// so that a wait that missed begin's wake hangs the test.
+		//
+		// The sleep itself is the protocol: a call leaving the PE signals
+		// nobody, so settle polls the gate's count, with naps growing to
+		// a millisecond; it wakes no wait and adds only to how long
+		// Finalize takes.
+		if from == stDraining && !napsOff() {
 			wake(pe.peers[pe.rank].wake)
 			pe.poke()
 		}

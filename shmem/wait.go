@@ -2,12 +2,12 @@ package shmem
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
 
 	"github.com/goshmem/goshmem/heap"
+	"github.com/goshmem/goshmem/internal/testhook"
 )
 
 // How a wait spends its time on a PE whose peers are all on this host:
@@ -130,11 +130,14 @@ func (pe *PE) awaitFrom(from int, off, n uint64, cond func() bool, what func() s
 }
 
 // napsOff reports whether the test hook that turns the naps of waits off
-// is set (GOSHMEM_TEST_NONAP=1, read once per sleeping wait). A wait then
-// sleeps until a wake or its timeout, and a sleep that only the timeout
-// ended fails with ErrTimeout even if the condition holds by then: a lost
-// wake-up fails the test instead of showing only as latency.
-func napsOff() bool { return os.Getenv("GOSHMEM_TEST_NONAP") == "1" }
+// is set (GOSHMEM_TEST_NONAP=1, testhook.NoNap, read once per sleeping
+// wait). A wait then sleeps until a wake or its timeout, and a sleep that
+// only the timeout ended fails with ErrTimeout even if the condition
+// holds by then: a lost wake-up fails the test instead of showing only
+// as latency. The same hook takes the other rescues off the wake paths:
+// the relay's bound (relayNap), settle's re-wakes, netmesh's linger
+// timer.
+func napsOff() bool { return testhook.NoNap() }
 
 // parkUntil is await for a PE with TCP links. Remote
 // writes are applied by the link's reader goroutine in this process,
@@ -247,6 +250,10 @@ func (pe *PE) relay() {
 	}
 	last := atomic.LoadUint32(me.wake)
 	pe.leave()
+	nap := relayNap
+	if napsOff() {
+		nap = pe.cfg.Timeout // the test hook: only a wake ends the relay's sleep
+	}
 	// A writer may have bumped the word after the wait that started this
 	// relay checked its condition but before the load above: that bump is
 	// in last already and would never be relayed. So poke once now; a wait
@@ -265,7 +272,7 @@ func (pe *PE) relay() {
 			}
 			continue // a wait parked meanwhile and found the relay still on
 		}
-		heap.FutexWait(me.wake, last, relayNap)
+		heap.FutexWait(me.wake, last, nap)
 		cur := atomic.LoadUint32(me.wake)
 		pe.leave()
 		if cur != last {
@@ -276,7 +283,11 @@ func (pe *PE) relay() {
 }
 
 // relayNap bounds one FUTEX_WAIT of the relay, so that it looks at the
-// PE's state now and then even without a wake.
+// PE's state now and then even without a wake. It is a rescue only: every
+// change the relay must see comes with a wake of the word (a writer's
+// bump, Finalize's begin, markLost, the last unpark), so under
+// GOSHMEM_TEST_NONAP the relay sleeps for the PE's whole timeout and a
+// lost wake leaves the parked wait to fail with ErrTimeout.
 const relayNap = 100 * time.Millisecond
 
 // unpark ends a parked wait's count; the last one of a PE that no longer

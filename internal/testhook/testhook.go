@@ -5,7 +5,10 @@
 // runtime pays one atomic load at each site while none is set.
 package testhook
 
-import "sync/atomic"
+import (
+	"os"
+	"sync/atomic"
+)
 
 // Apply, when set, is called by netmesh before each frame it applies,
 // in the goroutine applying it, with the applying PE's rank, the sending
@@ -27,3 +30,10 @@ var Apply atomic.Pointer[func(rank, from, slot, stream int)]
 // its release (step 1). A test that stops the PE there (a panic in a
 // goroutine PE, a kill of a process) makes it die at that step.
 var Step atomic.Pointer[func(rank, step int)]
+
+// NoNap reports whether GOSHMEM_TEST_NONAP=1 is set: every timer that
+// could rescue a lost wake-up is off (shmem's wait naps, the relay's
+// FUTEX_WAIT bound and settle's re-wakes, netmesh's linger timer), so a
+// lost wake hangs a test (until the PE's timeout, then ErrTimeout)
+// instead of showing only as latency. Read at each site: one getenv.
+func NoNap() bool { return os.Getenv("GOSHMEM_TEST_NONAP") == "1" }
