@@ -215,8 +215,15 @@ func (st *stream) handedLocked(w *call, wake bool) {
 // of calls come back within microseconds). It reports whether the token
 // lingers: then the caller arms the mesh's linger timer, which frees it
 // (Mesh.lingerArm). st.rmu is held.
+//
+// While a wait of the PE is parked (Mesh.Park) the token is freed
+// instead: a quiet socket signals nobody, and the write the parked wait
+// needs would sit unread until the timer. parked is read under st.rmu
+// and Park raises it before it takes every st.rmu to free what lingers,
+// so either this linger sees the count, or Park's freeing comes after it
+// and frees the token.
 func (st *stream) lingerLocked() bool {
-	w, wake, lingers := st.tok.linger(pendingCall, st.frameBuffered(), st.l.Err() != nil)
+	w, wake, lingers := st.tok.linger(pendingCall, st.frameBuffered(), st.l.Err() != nil, st.l.m.parked.Load() > 0)
 	st.handedLocked(w, wake)
 	return lingers && st.tok.kind == heldLinger
 }

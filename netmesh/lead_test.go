@@ -472,12 +472,14 @@ func lingerToken(t *testing.T, p *tpe) func() holderKind {
 	}
 }
 
-// TestPollThatParksFreesLingering: a Poll that does not poll (the spin
-// policy says no: here, polling paused) frees the tokens that linger, at
-// once, since its caller parks next and what it waits for may arrive on
-// a lingering socket, which announces nothing until the timer fires (up
-// to a millisecond when the process sleeps).
-func TestPollThatParksFreesLingering(t *testing.T) {
+// TestParkFreesLingering: a wait that parks (Mesh.Park, after a Poll
+// that did not poll: here, polling paused) frees the tokens that linger,
+// at once, since what it waits for may arrive on a lingering socket,
+// which announces nothing until the timer fires (up to a millisecond
+// when the process sleeps). While it is parked, a Poll done with a token
+// frees it instead of leaving it lingering; after Unpark, lingering is
+// back.
+func TestParkFreesLingering(t *testing.T) {
 	p, _ := rawJob(t, 1<<16, func(c *Config) { c.Heartbeat = time.Hour; c.Spin = SpinOn })
 	defer resetSpin()
 	kind := lingerToken(t, p)
@@ -486,9 +488,18 @@ func TestPollThatParksFreesLingering(t *testing.T) {
 	if p.m.Poll(time.Second, yes) {
 		t.Fatal("Poll polled while polling was paused")
 	}
+	p.m.Park()
 	if k := kind(); k == heldLinger {
-		t.Fatal("a Poll that did not poll left the token lingering for its parking caller")
+		t.Fatal("Park left the token lingering")
 	}
+	resetSpin()
+	for i := 0; i < 100; i++ {
+		if p.m.Poll(time.Second, yes) && kind() == heldLinger {
+			t.Fatal("a Poll left the token lingering while a wait was parked")
+		}
+	}
+	p.m.Unpark()
+	lingerToken(t, p)
 }
 
 // TestPollStopsWhenDone: a Poll whose condition holds after a frame it

@@ -37,8 +37,9 @@ type Mesh struct {
 	pollList atomic.Pointer[[]*stream] // the streams of ready links, for Poll (spin.go); set under mu
 	oversub  atomic.Bool               // SetOversubscribed
 
-	lingerT *time.Timer // frees lingering read tokens (spin.go, freeLingering)
-	noNap   bool        // GOSHMEM_TEST_NONAP (testhook.NoNap): lingerT is never armed
+	lingerT *time.Timer  // frees lingering read tokens (spin.go, freeLingering)
+	noNap   bool         // GOSHMEM_TEST_NONAP (testhook.NoNap): lingerT is never armed
+	parked  atomic.Int32 // waits parked (Park): no token lingers while > 0 (lingerLocked)
 
 	// The watchdog goroutine's own (watchdog.go).
 	wclock    watchClock

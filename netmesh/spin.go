@@ -314,11 +314,7 @@ func (m *Mesh) PollFrom(d time.Duration, from int, done func() bool) bool {
 	yield := false // give the processor away after every look
 	if !m.spinOK(now) {
 		if !m.yieldOK(now) {
-			// The caller parks now: nobody may be left to read a
-			// lingering socket until the timer, up to a millisecond when
-			// the process sleeps, and what it waits for may be there.
-			m.freeLingering()
-			return false
+			return false // the caller parks now (Park frees what lingers)
 		}
 		yield, d = true, min(d, yieldSpin)
 	}
@@ -424,11 +420,26 @@ func (m *Mesh) PollFrom(d time.Duration, from int, done func() bool) bool {
 	if lingers {
 		m.lingerArm()
 	}
-	if !ok && len(*streams) > len(buf) {
-		m.freeLingering() // streams past pollMax, left to their reader goroutines
-	}
 	return ok
 }
+
+// Park tells the mesh that a goroutine waiting for its segment to change
+// (a wait that Poll did not end) is about to sleep until a Notify wakes
+// it; Unpark, that it stopped. Between them no read token lingers: Park
+// frees the lingering ones (lowering their marks, which announces
+// queued bytes to the reader goroutines, watch.go), and a caller or
+// poller done with a token meanwhile frees it instead of leaving it
+// lingering (lingerLocked). So every frame is read by a holder or by the
+// stream's reader goroutine as soon as it arrives, and its Notify wakes
+// the parked wait with no timer on the path. The waiter must check its
+// condition after Park returns.
+func (m *Mesh) Park() {
+	m.parked.Add(1) // before freeLingering takes the streams' locks: see lingerLocked
+	m.freeLingering()
+}
+
+// Unpark ends what Park began.
+func (m *Mesh) Unpark() { m.parked.Add(-1) }
 
 // A Poll whose wait was satisfied leaves the tokens it held lingering
 // (token.linger): still quiet, free for anyone, so that the next Poll
@@ -443,6 +454,16 @@ func (m *Mesh) PollFrom(d time.Duration, from int, done func() bool) bool {
 // the Go timer's lateness (when every thread of the process sleeps, the
 // netpoller rounds the timer up to a millisecond). Callers and the
 // reader goroutine take a lingering token as a free one.
+//
+// No wait of this PE depends on the timer: a wait that parks frees the
+// lingering tokens first, and none lingers while it is parked (Park).
+// What the timer still serves is the PE that stopped reading without
+// waiting (it computes, or blocks on something else): a peer's GET,
+// atomic or FLUSH on a lingering socket is answered when the timer frees
+// it. That is part of the protocol (the cost of lingering, bounded by
+// lingerFor), not a rescue of a lost wake; GOSHMEM_TEST_NONAP turns it
+// off all the same, so that a wait relying on it hangs, and a peer's
+// call then waits until the PE next calls, waits or finalizes.
 const lingerFor = 50 * time.Microsecond
 
 // lingerArm (re)sets the linger timer to run lingerFor from now: a Poll
@@ -462,8 +483,8 @@ func (m *Mesh) lingerArm() {
 
 // freeLingering frees every lingering token, under its stream's lock
 // (one that a caller or Poll lingers again meanwhile is freed too, or at
-// the timer's next run). It is the linger timer's function, and a Poll
-// that does not poll calls it, since its caller then parks.
+// the timer's next run). It is the linger timer's function, and Park
+// calls it.
 func (m *Mesh) freeLingering() {
 	streams := m.pollList.Load()
 	if streams == nil {

@@ -28,6 +28,10 @@ package netmesh
 //     anyone, and the stream frees it for good (release) within a
 //     bounded time (the mesh's linger timer, spin.go): arrivals that
 //     nobody reads meanwhile wait at most that long;
+//   - no token lingers while a wait of the PE is parked (Mesh.Park):
+//     parking frees the lingering ones and linger does not linger
+//     meanwhile, so a remote write the parked wait needs is read by the
+//     reader goroutine at once, never by the timer;
 //   - release never frees the token while a follower whose call is still
 //     pending is queued: it grants the token to the first such follower;
 //   - release that frees the token with a whole frame in the read buffer
@@ -139,13 +143,16 @@ func (t *token) release(pending func(*call) bool, frameBuffered, linkDown bool) 
 
 // linger ends a caller's or poller's holding as release does, except
 // that a token it would free is left lingering (still quiet, for the next
-// caller or poller to take without a system call) unless a whole frame is buffered or the
-// link is down: then it is freed, with the wake release asks for. The
-// stream must free a lingering token (release) within a bounded time.
-// It reports what release reports, and whether the token lingers.
-func (t *token) linger(pending func(*call) bool, frameBuffered, linkDown bool) (grant *call, wake, lingers bool) {
+// caller or poller to take without a system call) unless a whole frame
+// is buffered, the link is down, or a wait of the PE is parked (parked:
+// nobody may come back for the token soon, and what arrives may be what
+// the wait needs): then it is freed, with the wake release asks for. The
+// stream must free a lingering token (release) within a bounded time,
+// and at once when a wait parks (Mesh.Park). It reports what release
+// reports, and whether the token lingers.
+func (t *token) linger(pending func(*call) bool, frameBuffered, linkDown, parked bool) (grant *call, wake, lingers bool) {
 	grant, wake = t.release(pending, frameBuffered, linkDown)
-	if grant != nil || wake || t.ended {
+	if grant != nil || wake || t.ended || parked {
 		return grant, wake, false
 	}
 	t.kind = heldLinger

@@ -13,8 +13,9 @@ import (
 // take the token or queue for it, have their replies applied by whoever
 // holds it, expire, or wake late (a wake-up delayed past the release that
 // passed them over); a reader goroutine and a poller that take and free
-// it, callers and the poller also leaving it to linger, and the linger
-// timer that frees a lingering token; frames left in the buffer; the stream's end. After every step the
+// it, callers and the poller also leaving it to linger, waits that park
+// (and must find no token lingering), and the linger timer that frees a
+// lingering token; frames left in the buffer; the stream's end. After every step the
 // invariants of token.go hold, and each release does what it must.
 func TestTokenRandom(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
@@ -74,6 +75,7 @@ func tokenRun(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
 		return -1
 	}
 	timer := false // the linger timer is pending (Mesh.lingerArm)
+	parked := 0    // waits parked (Mesh.Park)
 	// release as a holder does (or a poller's linger), checking what it
 	// hands over.
 	release := func(who string) {
@@ -93,10 +95,10 @@ func tokenRun(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
 		var wake bool
 		if lingering {
 			var lingers bool
-			grant, wake, lingers = tk.linger(pending, fb, down)
-			step("%s lingers (frame buffered %v, link down %v): grant %d, wake %v, lingers %v", who, fb, down, idx(grant), wake, lingers)
-			if lingers != (grant == nil && !wasEnded && !fb && !down) {
-				fail("linger with grant %d, ended %v, frame buffered %v, link down %v: lingers %v", idx(grant), wasEnded, fb, down, lingers)
+			grant, wake, lingers = tk.linger(pending, fb, down, parked > 0)
+			step("%s lingers (frame buffered %v, link down %v, %d parked): grant %d, wake %v, lingers %v", who, fb, down, parked, idx(grant), wake, lingers)
+			if lingers != (grant == nil && !wasEnded && !fb && !down && parked == 0) {
+				fail("linger with grant %d, ended %v, frame buffered %v, link down %v, %d parked: lingers %v", idx(grant), wasEnded, fb, down, parked, lingers)
 			}
 			if lingers != (tk.kind == heldLinger) || (lingers && wake) {
 				fail("linger reported lingers %v, wake %v with kind %v", lingers, wake, tk.kind)
@@ -185,6 +187,18 @@ func tokenRun(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
 			case tk.take(heldPoller, nil):
 				step("a poller takes the free token")
 			}
+		case r == 9 && rng.IntN(3) == 0: // a wait parks (Mesh.Park) or one ends (Unpark)
+			if parked > 0 && rng.IntN(2) == 0 {
+				parked--
+				step("a parked wait ends (%d parked)", parked)
+				continue
+			}
+			parked++
+			if tk.kind == heldLinger { // Park's freeLingering
+				release("a wait that parks")
+			} else {
+				step("a wait parks (%d parked)", parked)
+			}
 		case r == 9 && rng.IntN(2) == 0: // the linger timer fires
 			if !timer {
 				continue
@@ -228,6 +242,9 @@ func tokenRun(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
 		}
 		if tk.kind == heldLinger && (!timer || !tk.free() || tk.held() || !tk.wantQuiet()) {
 			fail("a lingering token: timer pending %v, free %v, held %v, quiet %v", timer, tk.free(), tk.held(), tk.wantQuiet())
+		}
+		if tk.kind == heldLinger && parked > 0 {
+			fail("a token lingers while %d waits are parked: arrivals would wait for the timer", parked)
 		}
 		if tk.ended && tk.wantQuiet() {
 			fail("an ended stream wants its socket quiet")

@@ -165,6 +165,16 @@ func (pe *PE) parkUntil(start time.Time, from int, off, n uint64, cond func() bo
 	if pe.mesh.PollFrom(pollFor, from, cond) {
 		return nil
 	}
+	// From here until the wait ends no read token of the mesh lingers
+	// (Mesh.Park): every frame that arrives is read at once, by a caller
+	// or poller of this process or by its stream's reader goroutine, and
+	// whoever applies a write this wait watches pokes it. Without Park a
+	// token left lingering by another goroutine's Get or atomic keeps its
+	// socket quiet, and the write that ends this wait would be read only
+	// when netmesh's linger timer frees it (50 µs, up to a millisecond
+	// while the process sleeps).
+	pe.mesh.Park()
+	defer pe.mesh.Unpark()
 	tok := heap.BeginSleep(pe.mem, off, n)
 	defer heap.EndSleep(pe.mem, tok)
 	if pe.otherProcesses() {

@@ -63,3 +63,60 @@ func TestWakeWithoutNaps(t *testing.T) {
 		})
 	}
 }
+
+// A remote write for a parked wait while another goroutine of the PE
+// leaves a read token lingering (netmesh lead.go: a caller done with the
+// token keeps its socket quiet for the next caller). PE 0's main
+// goroutine fetch-adds a counter on PE 1 while a second goroutine of PE 0
+// waits for PE 1's answer to it, a P of the round number; main then
+// blocks on a Go channel until the wait ends, so no call or poll of PE 0
+// reads the socket again. With GOSHMEM_TEST_NONAP=1 the linger timer is
+// off: if the token may linger while the wait is parked, PE 1's write
+// stays unread and the wait fails with ErrTimeout.
+var _ = register("wake-behind-linger", func(pe *shmem.PE) error {
+	const rounds = 300
+	flag, err := shmem.Malloc[int64](pe, 1)
+	if err != nil {
+		return err
+	}
+	req, err := shmem.Malloc[int64](pe, 1)
+	if err != nil {
+		return err
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	for i := int64(1); i <= rounds; i++ {
+		switch pe.MyPE() {
+		case 0:
+			waited := make(chan error, 1)
+			go func() { waited <- shmem.WaitUntil(flag, 0, shmem.CmpGE, i) }()
+			if _, err := shmem.AtomicFetchAdd(req, 0, 1, 1); err != nil {
+				return err
+			}
+			if err := <-waited; err != nil {
+				return fmt.Errorf("round %d: %w", i, err)
+			}
+		case 1:
+			if err := shmem.WaitUntil(req, 0, shmem.CmpGE, i); err != nil {
+				return fmt.Errorf("round %d: %w", i, err)
+			}
+			if err := shmem.P(flag, 0, i, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return pe.BarrierAll()
+})
+
+func TestWakeBehindLingeringToken(t *testing.T) {
+	for _, spin := range []string{"0", "auto"} {
+		t.Run("busypoll="+spin, func(t *testing.T) {
+			err := scenarios.Processes(2, "wake-behind-linger", pretendHosts("remote", 2),
+				"GOSHMEM_TEST_NONAP=1", "GOSHMEM_BUSYPOLL="+spin, "GOSHMEM_TIMEOUT=10s", "GOSHMEM_HEARTBEAT=1h")
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
