@@ -38,7 +38,7 @@ type Mesh struct {
 	oversub  atomic.Bool               // SetOversubscribed
 
 	lingerT *time.Timer  // frees lingering read tokens (spin.go, freeLingering)
-	noNap   bool         // GOSHMEM_TEST_NONAP (testhook.NoNap): lingerT is never armed
+	noNap   bool         // GOSHMEM_TEST_NONAP (testhook.NoNap): lingerT frees nothing while a wait is parked
 	parked  atomic.Int32 // waits parked (Park): no token lingers while > 0 (lingerLocked)
 
 	// The watchdog goroutine's own (watchdog.go).
@@ -70,9 +70,9 @@ func Listen(cfg Config) (*Mesh, error) {
 	}
 	m.hs = hsParams{key: cfg.Key, jobID: cfg.JobID, rank: cfg.Rank, size: cfg.Size, streams: cfg.Streams, memSize: uint64(len(cfg.Mem))}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	m.lingerT = time.AfterFunc(time.Hour, m.freeLingering)
-	m.lingerT.Stop()
 	m.noNap = testhook.NoNap()
+	m.lingerT = time.AfterFunc(time.Hour, m.lingerExpired)
+	m.lingerT.Stop()
 	m.wg.Add(2)
 	go m.acceptLoop()
 	go m.watchdog()

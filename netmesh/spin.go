@@ -461,9 +461,10 @@ func (m *Mesh) Unpark() { m.parked.Add(-1) }
 // waiting (it computes, or blocks on something else): a peer's GET,
 // atomic or FLUSH on a lingering socket is answered when the timer frees
 // it. That is part of the protocol (the cost of lingering, bounded by
-// lingerFor), not a rescue of a lost wake; GOSHMEM_TEST_NONAP turns it
-// off all the same, so that a wait relying on it hangs, and a peer's
-// call then waits until the PE next calls, waits or finalizes.
+// lingerFor), not a rescue of a lost wake, and it stays under
+// GOSHMEM_TEST_NONAP. What the hook takes away is the rescue: while a
+// wait is parked the timer frees nothing (lingerExpired), so a token
+// left lingering then, against the rule above, hangs the wait.
 const lingerFor = 50 * time.Microsecond
 
 // lingerArm (re)sets the linger timer to run lingerFor from now: a Poll
@@ -471,20 +472,24 @@ const lingerFor = 50 * time.Microsecond
 // runs after every linger (Reset of a func timer either reschedules its
 // run or schedules another), and while Polls follow each other it never
 // runs. Resetting costs about 50 ns.
-//
-// Under GOSHMEM_TEST_NONAP (testhook.NoNap) the timer is never armed:
-// a frame that only the timer would have read stays unread, and the
-// wait or call it ends fails at its timeout instead of passing late.
-func (m *Mesh) lingerArm() {
-	if !m.noNap {
-		m.lingerT.Reset(lingerFor)
+func (m *Mesh) lingerArm() { m.lingerT.Reset(lingerFor) }
+
+// lingerExpired is the linger timer's function: it frees the lingering
+// tokens. Under GOSHMEM_TEST_NONAP (testhook.NoNap) it frees nothing
+// while a wait of the PE is parked: no token may linger then (Park), and
+// the timer must not hide one that does, so the wait it keeps from its
+// write fails at its timeout instead of passing 50 µs late.
+func (m *Mesh) lingerExpired() {
+	if m.noNap && m.parked.Load() > 0 {
+		return
 	}
+	m.freeLingering()
 }
 
 // freeLingering frees every lingering token, under its stream's lock
 // (one that a caller or Poll lingers again meanwhile is freed too, or at
-// the timer's next run). It is the linger timer's function, and Park
-// calls it.
+// the timer's next run). The linger timer (lingerExpired) and Park
+// call it.
 func (m *Mesh) freeLingering() {
 	streams := m.pollList.Load()
 	if streams == nil {
