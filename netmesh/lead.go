@@ -25,7 +25,10 @@ import (
 //     is handed to it, or when its deadline passes.
 //   - A holder hands the token to the first follower whose call is still
 //     pending, else frees it; a caller or poller done with it leaves it
-//     lingering instead (lingerLocked, spin.go), free but still quiet.
+//     lingering instead (lingerLocked, spin.go), free but still quiet,
+//     unless a wait of the PE is parked (Mesh.Park): a parked wait is
+//     woken only by whoever reads its write, so then nobody may leave a
+//     socket quiet and unread.
 //   - While the token is free the stream's reader goroutine watches the
 //     socket: it sleeps in the netpoller on the stream's own epoll set
 //     (watch.go), which arrivals signal while the socket is not quiet:
