@@ -40,31 +40,44 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// route is a way of running a scenario on n PEs, with env added to the
-// environment of every PE (set in this process for goroutine PEs).
+// route is a way of running a scenario on n PEs with a symmetric heap of
+// heap bytes each, with env added to the environment of every PE (set in
+// this process for goroutine PEs).
 type route struct {
 	name string
-	run  func(t *testing.T, n int, name string, env []string) error
+	run  func(t *testing.T, n int, name string, env []string, heap uint64) error
 }
 
+// testHeap is each PE's symmetric heap unless a test asks for more
+// (eachHeap).
+const testHeap = 16 << 20
+
 var (
-	goroutines = route{"goroutines", func(t *testing.T, n int, name string, env []string) error {
-		return runHosts(t, n, name, env, nil)
+	goroutines = route{"goroutines", func(t *testing.T, n int, name string, env []string, heap uint64) error {
+		return runHosts(t, n, name, env, heap, nil)
 	}}
-	processes = route{"processes", func(t *testing.T, n int, name string, env []string) error {
-		return scenarios.Processes(n, name, nil, append(env, envSmall+"="+smallFlag())...)
+	processes = route{"processes", func(t *testing.T, n int, name string, env []string, heap uint64) error {
+		return scenarios.Processes(n, name, nil, childEnv(env, heap)...)
 	}}
-	tcp = route{"tcp", func(t *testing.T, n int, name string, env []string) error {
-		return runHosts(t, n, name, env, scenario.Hosts("remote", n))
+	tcp = route{"tcp", func(t *testing.T, n int, name string, env []string, heap uint64) error {
+		return runHosts(t, n, name, env, heap, scenario.Hosts("remote", n))
 	}}
-	mixed = route{"mixed", func(t *testing.T, n int, name string, env []string) error {
-		return runHosts(t, n, name, env, scenario.Hosts("mixed", n))
+	mixed = route{"mixed", func(t *testing.T, n int, name string, env []string, heap uint64) error {
+		return runHosts(t, n, name, env, heap, scenario.Hosts("mixed", n))
 	}}
-	processesMixed = route{"processes-mixed", func(t *testing.T, n int, name string, env []string) error {
-		return scenarios.Processes(n, name, scenario.Hosts("mixed", n), append(env, envSmall+"="+smallFlag())...)
+	processesMixed = route{"processes-mixed", func(t *testing.T, n int, name string, env []string, heap uint64) error {
+		return scenarios.Processes(n, name, scenario.Hosts("mixed", n), childEnv(env, heap)...)
 	}}
 	allRoutes = []route{goroutines, processes, tcp, mixed, processesMixed}
 )
+
+// childEnv is what a child PE gets on top of scenario.Processes' own
+// settings: env, the small mode, and the heap size (later entries win,
+// so it replaces the default SHMEM_SYMMETRIC_SIZE).
+func childEnv(env []string, heap uint64) []string {
+	return append(env[:len(env):len(env)], envSmall+"="+smallFlag(),
+		"SHMEM_SYMMETRIC_SIZE="+strconv.FormatUint(heap, 10))
+}
 
 func smallFlag() string {
 	if small {
@@ -75,13 +88,13 @@ func smallFlag() string {
 
 // runHosts runs scenario name on goroutine PEs placed on pretend hosts
 // (nil: one host).
-func runHosts(t *testing.T, n int, name string, env []string, hosts []string) error {
+func runHosts(t *testing.T, n int, name string, env []string, heap uint64, hosts []string) error {
 	t.Helper()
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
-	opts := []shmem.Option{shmem.WithTimeout(60 * time.Second), shmem.WithHeapSize(16 << 20)}
+	opts := []shmem.Option{shmem.WithTimeout(60 * time.Second), shmem.WithHeapSize(heap)}
 	if hosts != nil {
 		opts = append(opts, shmem.WithHosts(hosts))
 	}
@@ -95,13 +108,19 @@ func runHosts(t *testing.T, n int, name string, env []string, hosts []string) er
 // each runs scenario name on the given routes for every PE count.
 func each(t *testing.T, name string, routes []route, env []string, counts ...int) {
 	t.Helper()
+	eachHeap(t, name, routes, env, testHeap, counts...)
+}
+
+// eachHeap is each with a symmetric heap of heap bytes per PE.
+func eachHeap(t *testing.T, name string, routes []route, env []string, heap uint64, counts ...int) {
+	t.Helper()
 	if scenarios.Get(name) == nil {
 		t.Fatalf("no scenario %q", name)
 	}
 	for _, r := range routes {
 		for _, n := range counts {
 			t.Run(r.name+"/"+strconv.Itoa(n), func(t *testing.T) {
-				if err := r.run(t, n, name, env); err != nil {
+				if err := r.run(t, n, name, env, heap); err != nil {
 					t.Fatal(err)
 				}
 			})
