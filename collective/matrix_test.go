@@ -107,10 +107,12 @@ var _ = register("matrix", func(pe *shmem.PE) error {
 	return nil
 })
 
+// Every route runs an 8-PE job, so teams of 5, 7 and 8 also run over
+// sockets, across processes and on mixed hosts.
 func TestMatrix(t *testing.T) {
 	each(t, "matrix", []route{goroutines}, nil, 1, 2, 3, 8, 12)
-	each(t, "matrix", []route{tcp, processes}, nil, 3)
-	each(t, "matrix", []route{mixed, processesMixed}, nil, 4)
+	each(t, "matrix", []route{tcp, processes}, nil, 3, 8)
+	each(t, "matrix", []route{mixed, processesMixed}, nil, 4, 8)
 }
 
 // The forced algorithms over the same matrix, on one job each.
