@@ -90,3 +90,127 @@ func TestLarge(t *testing.T) {
 		each(t, "large", []route{processes}, nil, 2)
 	}
 }
+
+// The large matrix: every collective × every operator × float64, int32,
+// uint16 and complex64 at 100,003 elements, on the world, its reversal
+// and teams of 1, 2, 3, 4, 5, 7 and 8 members split off it (as many as
+// the job has PEs). The reductions, the scans and Broadcast move
+// vectors of largeN elements; FCollect, Collect, AllToAll and AllToAllS
+// (strides 2 and 3) give each member a share of about largeN/size, so
+// each call's result holds at least largeN elements. Not in small mode.
+var _ = register("large-matrix", func(pe *shmem.PE) error {
+	w := pe.NPEs()
+	capN := 3*(largeN+w) + 2
+	bf, err1 := newBufs[float64](pe, capN)
+	bi, err2 := newBufs[int32](pe, capN)
+	bu, err3 := newBufs[uint16](pe, capN)
+	bc, err4 := newBufs[complex64](pe, capN)
+	for _, err := range []error{err1, err2, err3, err4} {
+		if err != nil {
+			return err
+		}
+	}
+	// Members of a team agree on the salts because each team starts its
+	// own count (PEs outside a team skip it).
+	run := func(t *shmem.Team) error {
+		salt := 300 + 100*t.NPEs()
+		if err := largeSuite(t, bf, &salt); err != nil {
+			return fmt.Errorf("float64: %w", err)
+		}
+		if err := largeSuite(t, bi, &salt); err != nil {
+			return fmt.Errorf("int32: %w", err)
+		}
+		if err := largeSuite(t, bu, &salt); err != nil {
+			return fmt.Errorf("uint16: %w", err)
+		}
+		if err := largeSuite(t, bc, &salt); err != nil {
+			return fmt.Errorf("complex64: %w", err)
+		}
+		return nil
+	}
+	if err := run(pe.World()); err != nil {
+		return fmt.Errorf("world team of %d: %w", w, err)
+	}
+	for _, size := range teamSizes {
+		if size > w {
+			continue
+		}
+		start, stride := splitFor(w, size)
+		if size == w {
+			start, stride = w-1, -1 // the world reversed
+		}
+		t, err := pe.World().Split(start, stride, size)
+		if err != nil {
+			return err
+		}
+		if t == nil {
+			continue
+		}
+		if err := run(t); err != nil {
+			return fmt.Errorf("team of %d (start %d, stride %d), member %d: %w", size, start, stride, t.MyPE(), err)
+		}
+		if err := t.Destroy(); err != nil {
+			return err
+		}
+	}
+	return nil
+})
+
+// largeSuite runs every collective on team t at the large matrix's sizes.
+func largeSuite[T shmem.Elem](t *shmem.Team, b bufs[T], salt *int) error {
+	np := t.NPEs()
+	for _, op := range allOps {
+		if !valid[T](op) {
+			continue
+		}
+		*salt++
+		s := *salt
+		if err := checkReduce(t, b, largeN, op, -1, s%3 == 0, s); err != nil {
+			return fmt.Errorf("AllReduce(%v) of %d (salt %d): %w", op, largeN, s, err)
+		}
+		root := s % np
+		if err := checkReduce(t, b, largeN, op, root, s%2 == 0, s); err != nil {
+			return fmt.Errorf("Reduce(%v) of %d to %d (salt %d): %w", op, largeN, root, s, err)
+		}
+		if err := checkScan(t, b, largeN, op, true, s%2 == 1, s); err != nil {
+			return fmt.Errorf("InScan(%v) of %d (salt %d): %w", op, largeN, s, err)
+		}
+		if err := checkScan(t, b, largeN, op, false, s%2 == 0, s); err != nil {
+			return fmt.Errorf("ExScan(%v) of %d (salt %d): %w", op, largeN, s, err)
+		}
+	}
+	*salt++
+	s := *salt
+	root := (s * 7) % np
+	if err := checkBroadcast(t, b, largeN, root, s%2 == 0, s); err != nil {
+		return fmt.Errorf("Broadcast of %d from %d (salt %d): %w", largeN, root, s, err)
+	}
+	m := (largeN + np - 1) / np // each member's share: np*m >= largeN
+	if err := checkFCollect(t, b, m, s); err != nil {
+		return fmt.Errorf("FCollect of %d (salt %d): %w", m, s, err)
+	}
+	// Member j gives m plus up to a quarter of m more: the counts differ
+	// and add up to at least largeN.
+	count := func(j int) int { return m + (j*7919+s)%(m/4+1) }
+	if err := checkCollectCounts(t, b, m+m/4, s, count); err != nil {
+		return fmt.Errorf("Collect of %d to %d each (salt %d): %w", m, m+m/4, s, err)
+	}
+	if err := checkAllToAll(t, b, m, 1, 1, s); err != nil {
+		return fmt.Errorf("AllToAll of %d (salt %d): %w", m, s, err)
+	}
+	if err := checkAllToAll(t, b, m, 2, 3, s); err != nil {
+		return fmt.Errorf("AllToAllS of %d (salt %d): %w", m, s, err)
+	}
+	return nil
+}
+
+// The large matrix's heap: four types' src and dst of capN elements
+// (about 13 MiB at 8 PEs) and the collective scratch.
+const largeHeap = 48 << 20
+
+func TestLargeMatrix(t *testing.T) {
+	if small {
+		t.Skip("-short or -race: the large matrix runs in the full mode only")
+	}
+	eachHeap(t, "large-matrix", []route{goroutines, processes, tcp}, nil, largeHeap, 8)
+}

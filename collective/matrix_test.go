@@ -81,15 +81,7 @@ var _ = register("matrix", func(pe *shmem.PE) error {
 		if size > w || (small && size == w) {
 			continue
 		}
-		// Odd sizes count down from the last PE (a negative stride);
-		// even ones take every other PE where the job is big enough.
-		start, stride := 0, 1
-		switch {
-		case size%2 == 1:
-			start, stride = w-1, -1
-		case 2*size <= w:
-			start, stride = 1, 2
-		}
+		start, stride := splitFor(w, size)
 		t, err := pe.World().Split(start, stride, size)
 		if err != nil {
 			return err
@@ -106,6 +98,19 @@ var _ = register("matrix", func(pe *shmem.PE) error {
 	}
 	return nil
 })
+
+// splitFor is where the matrices split a team of size members off a
+// world of w: odd sizes count down from the last PE (a negative stride);
+// even ones take every other PE where the world is big enough.
+func splitFor(w, size int) (start, stride int) {
+	switch {
+	case size%2 == 1:
+		return w - 1, -1
+	case 2*size <= w:
+		return 1, 2
+	}
+	return 0, 1
+}
 
 // Every route runs an 8-PE job, so teams of 5, 7 and 8 also run over
 // sockets, across processes and on mixed hosts.
@@ -308,13 +313,19 @@ func checkFCollect[T shmem.Elem](t *shmem.Team, b bufs[T], n, salt int) error {
 func collectCount(j, n, salt int) int { return (j*3 + salt) % (n + 1) }
 
 func checkCollect[T shmem.Elem](t *shmem.Team, b bufs[T], n, salt int) error {
+	return checkCollectCounts(t, b, n, salt, func(j int) int { return collectCount(j, n, salt) })
+}
+
+// checkCollectCounts checks a Collect where member j contributes
+// count(j) elements, none more than n.
+func checkCollectCounts[T shmem.Elem](t *shmem.Team, b bufs[T], n, salt int, count func(j int) int) error {
 	prepare(t, b, n, salt)
 	np, me := t.NPEs(), t.MyPE()
 	want := 0
 	for j := range np {
-		want += collectCount(j, n, salt)
+		want += count(j)
 	}
-	got, err := Collect(t, b.dst.Slice(0, want), b.src, collectCount(me, n, salt))
+	got, err := Collect(t, b.dst.Slice(0, want), b.src, count(me))
 	if err != nil {
 		return err
 	}
@@ -324,12 +335,12 @@ func checkCollect[T shmem.Elem](t *shmem.Team, b bufs[T], n, salt int) error {
 	out := b.dst.Local()
 	off := 0
 	for j := range np {
-		for i := range collectCount(j, n, salt) {
+		for i := range count(j) {
 			if v := val[T](j, i, salt); out[off+i] != v {
 				return fmt.Errorf("member %d: element %d of member %d's block is %v, want %v", me, i, j, out[off+i], v)
 			}
 		}
-		off += collectCount(j, n, salt)
+		off += count(j)
 	}
 	return untouched(out, want, want+1)
 }
