@@ -119,5 +119,5 @@ var _ = register("teams", func(pe *shmem.PE) error {
 
 func TestConcurrentTeams(t *testing.T) {
 	each(t, "teams", []route{goroutines}, nil, 4, 6)
-	each(t, "teams", []route{tcp, mixed}, nil, 4)
+	each(t, "teams", []route{tcp, mixed, processes, processesMixed}, nil, 4)
 }

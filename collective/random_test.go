@@ -126,5 +126,6 @@ func TestRandom(t *testing.T) {
 	env := []string{fmt.Sprintf("%s=%d", envSeed, seed)}
 	each(t, "random", []route{goroutines}, env, 3, 6)
 	each(t, "random", []route{mixed}, env, 4)
-	each(t, "random", []route{tcp}, env, 3)
+	each(t, "random", []route{tcp, processes}, env, 3)
+	each(t, "random", []route{processesMixed}, env, 4)
 }
