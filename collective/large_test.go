@@ -204,7 +204,9 @@ func largeSuite[T shmem.Elem](t *shmem.Team, b bufs[T], salt *int) error {
 }
 
 // The large matrix's heap: four types' src and dst of capN elements
-// (about 13 MiB at 8 PEs) and the collective scratch.
+// take about 13 MiB at 8 PEs, which leaves the default 16 MiB under 3 MiB
+// to spare (8 MiB fails at the first Malloc, on every route); 48 MiB
+// leaves room for longer vectors or strides.
 const largeHeap = 48 << 20
 
 func TestLargeMatrix(t *testing.T) {
