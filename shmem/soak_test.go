@@ -72,8 +72,13 @@ const (
 // quarter of the working heap in goroutine PEs (3.3 to 4.4 MiB seen),
 // so its margin is the larger of 1 MiB and a quarter of the first
 // half's peak. RSS also moves with the scavenger returning pages and
-// the GC pacer's target (twice the live heap): its margin is the larger
-// of 4 MiB and an eighth of the first half's peak. A leak of a few bytes
+// the GC pacer's target (twice the live heap), so a heap that swings
+// by some MiB between GC cycles moves RSS by up to twice as much: its
+// margin is the largest of 4 MiB, an eighth of the first half's peak,
+// and twice the first half's peak live heap (with the first two only, a
+// goroutine-PE job at load failed: RSS 26868 -> 31044 KiB, 4.1 MiB
+// against 4 MiB, where those jobs' live heaps peak at 3 to 6 MiB). A
+// leak of a few bytes
 // per call passes neither over a CI-length run; one of a few bytes per
 // round can.
 const (
@@ -315,10 +320,11 @@ func soakCheck(t *testing.T, r soakReport) {
 	}
 	liveHeap := func(x soakSample) int64 { return int64(x.HeapLive) }
 	resident := func(x soakSample) int64 { return x.RSS }
-	if h1, h2 := peak(s[warm:mid], liveHeap), peak(s[mid:], liveHeap); h2 > h1+max(soakHeapSlack, h1/4) {
+	h1, h2 := peak(s[warm:mid], liveHeap), peak(s[mid:], liveHeap)
+	if h2 > h1+max(soakHeapSlack, h1/4) {
 		t.Errorf("PE %d: live heap peaked at %d KiB in the second half, %d KiB in the first", r.PE, h2>>10, h1>>10)
 	}
-	if r1, r2 := peak(s[warm:mid], resident), peak(s[mid:], resident); r2 > r1+max(soakRSSSlack, r1/8) && !soakRace {
+	if r1, r2 := peak(s[warm:mid], resident), peak(s[mid:], resident); r2 > r1+max(soakRSSSlack, r1/8, 2*h1) && !soakRace {
 		t.Errorf("PE %d: RSS peaked at %d KiB in the second half, %d KiB in the first", r.PE, r2>>10, r1>>10)
 	}
 }
