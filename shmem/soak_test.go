@@ -78,9 +78,8 @@ const (
 // and twice the first half's peak live heap (with the first two only, a
 // goroutine-PE job at load failed: RSS 26868 -> 31044 KiB, 4.1 MiB
 // against 4 MiB, where those jobs' live heaps peak at 3 to 6 MiB). A
-// leak of a few bytes
-// per call passes neither over a CI-length run; one of a few bytes per
-// round can.
+// leak of a few bytes per call passes neither over a CI-length run; one
+// of a few bytes per round can.
 const (
 	soakHeapSlack = 1 << 20
 	soakRSSSlack  = 4 << 20
