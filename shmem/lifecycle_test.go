@@ -154,41 +154,6 @@ func eachTimeout(t *testing.T, name string, d time.Duration, n int) {
 	eachWith(t, name, n, []shmem.Option{shmem.WithTimeout(d)}, "GOSHMEM_TIMEOUT="+d.String())
 }
 
-// eachWith is each on n PEs with opts given to Run and env to the
-// launched processes (the same settings, spelled both ways).
-func eachWith(t *testing.T, name string, n int, opts []shmem.Option, env ...string) {
-	s := scenarios.Get(name)
-	if s == nil {
-		t.Fatalf("no scenario %q", name)
-	}
-	run := func(hosts []string) error {
-		o := append([]shmem.Option{shmem.WithTimeout(60 * time.Second), shmem.WithHeapSize(16 << 20)}, opts...)
-		if hosts != nil {
-			o = append(o, shmem.WithHosts(hosts))
-		}
-		return shmem.Run(n, s, o...)
-	}
-	runs := []struct {
-		name string
-		run  func() error
-	}{
-		{"goroutines", func() error { return run(nil) }},
-		{"processes", func() error { return scenarios.Processes(n, name, nil, env...) }},
-		{"goroutines-tcp", func() error { return run(pretendHosts("remote", n)) }},
-		{"goroutines-mixed", func() error { return run(pretendHosts("mixed", n)) }},
-		{"processes-mixed", func() error { return scenarios.Processes(n, name, pretendHosts("mixed", n), env...) }},
-	}
-	for _, r := range runs {
-		t.Run(r.name+"/"+strconv.Itoa(n), func(t *testing.T) {
-			// GlobalExit(0) ends a job well, as it does under a launcher.
-			var ee *shmem.ExitError
-			if err := r.run(); err != nil && !(errors.As(err, &ee) && ee.Code == 0) {
-				t.Fatal(err)
-			}
-		})
-	}
-}
-
 // A SetLock that times out leaves the lock usable: the PE queued behind
 // the one that gave up gets the lock when the holder clears it, and the
 // PE that gave up gets it on its next SetLock. Three PEs: PE 0 holds the

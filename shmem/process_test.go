@@ -169,7 +169,7 @@ var _ = register("pe1-fails", func(pe *shmem.PE) error {
 
 func TestProcessFailureEndsJob(t *testing.T) {
 	start := time.Now()
-	err := runProcesses(t, 3, "pe1-fails", nil)
+	err := runProcesses(t, 3, "pe1-fails", nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "PE 1 fails on purpose") {
 		t.Fatalf("want the job to fail with PE 1's message, got %v", err)
 	}
@@ -191,7 +191,7 @@ var _ = register("global-exit-7", func(pe *shmem.PE) error {
 })
 
 func TestGlobalExitUnderLauncher(t *testing.T) {
-	err := runProcesses(t, 3, "global-exit-7", nil)
+	err := runProcesses(t, 3, "global-exit-7", nil, nil)
 	if err == nil || !strings.HasPrefix(err.Error(), "job exited 7") {
 		t.Fatalf("want exit code 7, got %v", err)
 	}
@@ -239,7 +239,7 @@ var _ = register("reinit", func(pe *shmem.PE) error {
 
 func TestInitAfterFinalize(t *testing.T) {
 	for _, n := range []int{1, 2, 3} {
-		if err := runProcesses(t, n, "reinit", nil); err != nil {
+		if err := runProcesses(t, n, "reinit", nil, nil); err != nil {
 			t.Fatalf("%d PEs: %v", n, err)
 		}
 	}
