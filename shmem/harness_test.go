@@ -2,8 +2,10 @@ package shmem_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,6 +129,35 @@ func onRoutes(t *testing.T, name string, n int, opts []shmem.Option, env []strin
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// The tcp routes place every PE on a pretend host of its own: each PE
+// sees its own name and reaches every other PE over TCP, never through a
+// mapped heap.
+var _ = register("all-remote", func(pe *shmem.PE) error {
+	in := pe.Info()
+	if want := pretendHosts("remote", pe.NPEs())[pe.MyPE()]; in.Host != want {
+		return fmt.Errorf("PE %d is on host %q, want %q", pe.MyPE(), in.Host, want)
+	}
+	for _, r := range in.Routes {
+		if r.PE != pe.MyPE() && r.Kind != "tcp" {
+			return fmt.Errorf("route from PE %d to PE %d on host %q is %s, want tcp", pe.MyPE(), r.PE, r.Host, r.Kind)
+		}
+	}
+	return nil
+})
+
+func TestTCPRoutesAreRemote(t *testing.T) {
+	s := scenarios.Get("all-remote")
+	for _, r := range routes {
+		if strings.HasSuffix(r.name, "-tcp") {
+			t.Run(r.name+"/3", func(t *testing.T) {
+				if err := r.run(t, 3, "all-remote", s, nil, nil); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
 	}
 }
 
