@@ -133,26 +133,7 @@ var _ = register("large-matrix", func(pe *shmem.PE) error {
 	// The world is the team of w; the serial reference, which every
 	// member computes for every element, is most of the cost, so it is
 	// not run a second time reversed (odd sizes have negative strides).
-	for _, size := range teamSizes {
-		if size >= w {
-			continue
-		}
-		start, stride := splitFor(w, size)
-		t, err := pe.World().Split(start, stride, size)
-		if err != nil {
-			return err
-		}
-		if t == nil {
-			continue
-		}
-		if err := run(t); err != nil {
-			return fmt.Errorf("team of %d (start %d, stride %d), member %d: %w", size, start, stride, t.MyPE(), err)
-		}
-		if err := t.Destroy(); err != nil {
-			return err
-		}
-	}
-	return nil
+	return splitTeams(pe, func(size int) bool { return size < w }, run)
 })
 
 // largeSuite runs every collective on team t at the large matrix's sizes.

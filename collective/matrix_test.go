@@ -77,8 +77,16 @@ var _ = register("matrix", func(pe *shmem.PE) error {
 	if err := run(pe.Shared()); err != nil {
 		return fmt.Errorf("shared team of %d: %w", pe.Shared().NPEs(), err)
 	}
+	return splitTeams(pe, func(size int) bool { return size <= w && !(small && size == w) }, run)
+})
+
+// splitTeams runs run on a team split off the world for each of
+// teamSizes that want takes (splitFor says where), on its members,
+// destroying each team after it: the matrices' loop over split teams.
+func splitTeams(pe *shmem.PE, want func(size int) bool, run func(*shmem.Team) error) error {
+	w := pe.NPEs()
 	for _, size := range teamSizes {
-		if size > w || (small && size == w) {
+		if !want(size) {
 			continue
 		}
 		start, stride := splitFor(w, size)
@@ -97,7 +105,7 @@ var _ = register("matrix", func(pe *shmem.PE) error {
 		}
 	}
 	return nil
-})
+}
 
 // splitFor is where the matrices split a team of size members off a
 // world of w: odd sizes count down from the last PE (a negative stride);
