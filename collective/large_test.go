@@ -194,5 +194,5 @@ func TestLargeMatrix(t *testing.T) {
 	if small {
 		t.Skip("-short or -race: the large matrix runs in the full mode only")
 	}
-	eachHeap(t, "large-matrix", []route{goroutines, processes, tcp}, nil, largeHeap, 8)
+	eachHeap(t, "large-matrix", []route{goroutines, processes, tcp, mixed}, nil, largeHeap, 8)
 }
