@@ -193,6 +193,14 @@ func (st *stream) releaseLocked() {
 	st.handedLocked(w, wake)
 }
 
+// unlingerLocked frees the token if it lingers (token.unlinger), as
+// releaseLocked does. st.rmu is held.
+func (st *stream) unlingerLocked() {
+	if w, wake, freed := st.tok.unlinger(pendingCall, st.frameBuffered, st.l.Err() != nil); freed {
+		st.handedLocked(w, wake)
+	}
+}
+
 // handedLocked carries out what a release or linger of the token asked
 // for: the socket's watch as the token now wants it, the follower
 // granted the token (w) signalled, the reader goroutine woken (wake).

@@ -497,9 +497,7 @@ func (m *Mesh) freeLingering() {
 	}
 	for _, st := range *streams {
 		st.rmu.Lock()
-		if st.tok.kind == heldLinger {
-			st.releaseLocked()
-		}
+		st.unlingerLocked()
 		st.rmu.Unlock()
 	}
 }

@@ -159,6 +159,24 @@ func (t *token) linger(pending func(*call) bool, frameBuffered, linkDown, parked
 	return nil, false, true
 }
 
+// unlinger frees a lingering token as release does (the linger timer
+// and Mesh.Park: freeLingering) and reports whether it lingered. A token
+// in any other state is left alone. The timer is one per mesh and Reset
+// at every linger, so a run may come late, twice, or after the token was
+// taken and left lingering again; none of that needs a generation number:
+// a token taken since it lingered is held (or was freed), which unlinger
+// leaves alone, and one that lingers again is free for anyone, so
+// freeing it early only costs the next taker its mark. frameBuffered is
+// asked only of a lingering token: while someone holds it, the read
+// buffer is the holder's, read and written without st.rmu.
+func (t *token) unlinger(pending func(*call) bool, frameBuffered func() bool, linkDown bool) (grant *call, wake, freed bool) {
+	if t.kind != heldLinger {
+		return nil, false, false
+	}
+	grant, wake = t.release(pending, frameBuffered(), linkDown)
+	return grant, wake, true
+}
+
 // end records that the stream ended: the token is freed for good. The
 // reader goroutine must look (and report the end).
 func (t *token) end() {

@@ -22,6 +22,7 @@ func TestTokenRandom(t *testing.T) {
 	if v := os.Getenv("GOSHMEM_TOKEN_SEED"); v != "" {
 		seed, _ = strconv.ParseUint(v, 10, 64)
 	}
+	t.Logf("seed %d (GOSHMEM_TOKEN_SEED replays it)", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	runs := 3000
 	if testing.Short() {
@@ -204,13 +205,15 @@ func tokenRun(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
 				continue
 			}
 			timer = false
-			if tk.kind == heldLinger {
-				release("the linger timer")
-				if tk.kind == heldLinger {
-					fail("the linger timer left the token lingering")
-				}
-			} else {
-				step("the linger timer finds nothing lingering")
+			was := tk.kind
+			fb := rng.IntN(3) == 0
+			grant, wake, freed := tk.unlinger(pending, func() bool { return fb }, false)
+			step("the linger timer runs (frame buffered %v): freed %v, grant %d, wake %v", fb, freed, idx(grant), wake)
+			if freed != (was == heldLinger) || (!freed && tk.kind != was) || tk.kind == heldLinger {
+				fail("the linger timer with the token %v: freed %v, now %v", was, freed, tk.kind)
+			}
+			if freed && (grant != nil || wake != fb) {
+				fail("the linger timer freed a lingering token with grant %d, wake %v, frame buffered %v", idx(grant), wake, fb)
 			}
 		default:
 			if rng.IntN(8) == 0 && !tk.ended {
@@ -218,27 +221,8 @@ func tokenRun(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
 				step("the stream ends")
 			}
 		}
-		// Invariants.
-		if (tk.kind == heldCaller) != (tk.holder != nil) {
-			fail("kind %v with holder %d", tk.kind, idx(tk.holder))
-		}
-		seen := map[*call]bool{}
-		count := 0
-		for w := tk.whead; w != nil; w = w.next {
-			if seen[w] || !w.queued || w == tk.holder {
-				fail("caller %d queued twice, unmarked, or while holding", idx(w))
-			}
-			seen[w] = true
-			count++
-		}
-		if count != tk.queued {
-			fail("%d followers counted, %d queued", count, tk.queued)
-		}
-		// An arrival signals the reader goroutine's watch (the socket is
-		// not quiet) exactly when nobody else reads it.
-		signals := !tk.ended && !tk.wantQuiet()
-		if signals != (!tk.ended && (tk.kind == heldNone || tk.kind == heldReader)) {
-			fail("arrivals signal the watch %v (quiet %v) with kind %v, ended %v", signals, tk.wantQuiet(), tk.kind, tk.ended)
+		if err := tokenInvariants(&tk, pending); err != nil {
+			fail("%v (holder caller %d)", err, idx(tk.holder))
 		}
 		if tk.kind == heldLinger && (!timer || !tk.free() || tk.held() || !tk.wantQuiet()) {
 			fail("a lingering token: timer pending %v, free %v, held %v, quiet %v", timer, tk.free(), tk.held(), tk.wantQuiet())
@@ -246,20 +230,53 @@ func tokenRun(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
 		if tk.kind == heldLinger && parked > 0 {
 			fail("a token lingers while %d waits are parked: arrivals would wait for the timer", parked)
 		}
-		if tk.ended && tk.wantQuiet() {
-			fail("an ended stream wants its socket quiet")
+	}
+}
+
+// tokenInvariants checks the invariants of token.go that hold after
+// every transition, whoever drives it.
+func tokenInvariants(tk *token, pending func(*call) bool) error {
+	if (tk.kind == heldCaller) != (tk.holder != nil) {
+		return fmt.Errorf("kind %v with a holder %v", tk.kind, tk.holder != nil)
+	}
+	seen := map[*call]bool{}
+	count := 0
+	for w := tk.whead; w != nil; w = w.next {
+		if seen[w] || !w.queued || w == tk.holder {
+			return fmt.Errorf("a follower queued twice, unmarked, or while holding")
 		}
-		if tk.free() {
-			for w := tk.whead; w != nil; w = w.next {
-				if pending(w) {
-					fail("the token is free while caller %d waits for it", idx(w))
-				}
+		seen[w] = true
+		count++
+	}
+	if count != tk.queued {
+		return fmt.Errorf("%d followers counted, %d queued", count, tk.queued)
+	}
+	// An arrival signals the reader goroutine's watch (the socket is not
+	// quiet) exactly when nobody else reads it.
+	signals := !tk.ended && !tk.wantQuiet()
+	if signals != (!tk.ended && (tk.kind == heldNone || tk.kind == heldReader)) {
+		return fmt.Errorf("arrivals signal the watch %v (quiet %v) with kind %v, ended %v", signals, tk.wantQuiet(), tk.kind, tk.ended)
+	}
+	if tk.kind == heldLinger && (!tk.free() || tk.held() || !tk.wantQuiet()) {
+		return fmt.Errorf("a lingering token: free %v, held %v, quiet %v", tk.free(), tk.held(), tk.wantQuiet())
+	}
+	if tk.ended && tk.wantQuiet() {
+		return fmt.Errorf("an ended stream wants its socket quiet")
+	}
+	if tk.free() {
+		for w := tk.whead; w != nil; w = w.next {
+			if pending(w) {
+				return fmt.Errorf("the token is free while a follower waits for it")
 			}
 		}
-		if tk.ended && (tk.take(heldCaller, &cs[0].c) || tk.take(heldReader, nil)) {
-			fail("the token was taken after the stream ended")
+	}
+	if tk.ended {
+		var c call
+		if tk.take(heldCaller, &c) || tk.take(heldReader, nil) {
+			return fmt.Errorf("the token was taken after the stream ended")
 		}
 	}
+	return nil
 }
 
 func (k holderKind) String() string {
