@@ -112,6 +112,12 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 		case st.tok.free():
 			st.takeLocked(heldCaller, c)
 		default:
+			// Not the holder, so a granted flag is stale: the token was
+			// handed to c and then lost to the stream's end (endLocked from
+			// the reader goroutine whose set failed) before c woke. Left
+			// set, woken would hold and c would loop here without sleeping
+			// until the stream's calls are failed (TestTokenMessages).
+			c.granted.Store(false)
 			if !c.queued {
 				st.queueLocked(c)
 			}

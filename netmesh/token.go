@@ -7,7 +7,10 @@ package netmesh
 // granted the token, wakes the reader goroutine, kicks a holder, arms the
 // linger timer. TestTokenRandom drives it with
 // random interleavings of takes, queues, completions, expiries,
-// releases and ends, checking the invariants below after every step.
+// releases and ends, checking the invariants below after every step;
+// TestTokenMessages makes those outputs messages that arrive late, out of
+// order, twice, or (where the real code tolerates it) never, and checks
+// that every call still returns and nothing is left unread.
 //
 // Invariants:
 //   - at most one holder: kind says which, and holder is the call exactly
