@@ -1200,7 +1200,7 @@ func (e *engine) trySend(c *Comm, to, tag int, kind uint8, data []byte) (bool, e
 		return false, nil
 	}
 	var h [hdrEager]byte
-	putEager(h[:], kind, c.id, tag)
+	putEager(h[:], kind, c.id, tag, len(data))
 	if err := e.hold(); err != nil {
 		return false, err
 	}
@@ -1273,7 +1273,7 @@ func (e *engine) sendOn(ctx context.Context, w *waiter, dst int, hdr, data []byt
 
 func (e *engine) sendEager(ctx context.Context, c *Comm, dst, tag int, kind uint8, data []byte) error {
 	var h [hdrEager]byte
-	putEager(h[:], kind, c.id, tag)
+	putEager(h[:], kind, c.id, tag, len(data))
 	w := waiter{acks: true}
 	defer w.done(e)
 	if err := e.sendOn(ctx, &w, dst, h[:], data); err != nil {

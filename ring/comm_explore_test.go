@@ -257,9 +257,10 @@ func (m *commModel) steps(s commState) []explore.Step[commState] {
 		}
 		id := m.first[snd] + int(s.lane[snd])
 		e, c, reqs := m.build(s)
-		b := make([]byte, hdrEager, hdrEager+id+1)
-		putEager(b, m.kind, 0, m.msgs[id].tag)
-		b = append(b, commPayload(id)...)
+		pay := commPayload(id)
+		b := make([]byte, hdrEager, hdrEager+len(pay))
+		putEager(b, m.kind, 0, m.msgs[id].tag, len(pay))
+		b = append(b, pay...)
 		var label strings.Builder
 		fmt.Fprintf(&label, "receiver takes message %d from sender %d's lane", id, snd)
 		ok, err := e.handle(snd, Message{Origin: snd, Seq: uint64(s.lane[snd]) + 1, Data: b})

@@ -20,7 +20,8 @@ import (
 //	2       2      zero
 //	4       4      comm: the Comm's id (0 for NewComm's, else a sub-Comm's: see Sub)
 //	8       4      tag (eager, rts); zero (frag, abort)
-//	12      4      zero
+//	12      4      eager: the payload's length in bytes (it must equal the
+//	               lane message's length minus 16). Others: zero
 //	16      8      rts: the message's length in bytes. frag: the offset of
 //	               this piece in the message. abort: zero
 //	24      4      rts, frag, abort: the message's id (the sender's
@@ -45,16 +46,19 @@ type header struct {
 	kind  uint8
 	comm  uint32
 	tag   int
-	n     uint64 // rts: length; frag: offset
+	n     uint64 // eager, rts: length; frag: offset
 	id    uint32 // rts, frag, abort: the rendezvous message's id
 	epoch uint32
 }
 
-func putEager(b []byte, kind uint8, comm uint32, tag int) {
+// putEager writes the header of an eager message of n payload bytes
+// (n is at most the eager limit, far below 4 GiB).
+func putEager(b []byte, kind uint8, comm uint32, tag int, n int) {
 	clear(b[:hdrEager])
 	b[0], b[1] = msgEager, kind
 	binary.LittleEndian.PutUint32(b[4:], comm)
 	binary.LittleEndian.PutUint32(b[8:], uint32(tag))
+	binary.LittleEndian.PutUint32(b[12:], uint32(n))
 }
 
 func putLong(b []byte, typ, kind uint8, comm uint32, tag int, n uint64, id, epoch uint32) {
@@ -69,8 +73,8 @@ func putLong(b []byte, typ, kind uint8, comm uint32, tag int, n uint64, id, epoc
 
 // parseHeader reads the header of lane message b and returns it with the
 // payload. It never panics: a message too short for its type, of an
-// unknown type, or with a field the table above says is zero set, is
-// ErrProtocol; so a header it accepts is the one put* writes for the
+// unknown type, with a field the table above says is zero set, or
+// eager with a length that is not its payload's, is ErrProtocol; so a header it accepts is the one put* writes for the
 // same fields (FuzzParseHeader).
 func parseHeader(b []byte) (header, []byte, error) {
 	if len(b) < hdrEager {
@@ -86,8 +90,9 @@ func parseHeader(b []byte) (header, []byte, error) {
 		if h.tag > MaxTag {
 			return h, nil, fmt.Errorf("ring: Comm message with tag %d: %w", h.tag, shmem.ErrProtocol)
 		}
-		if binary.LittleEndian.Uint32(b[12:]) != 0 {
-			return h, nil, fmt.Errorf("ring: eager Comm message with non-zero bytes 12-15: %w", shmem.ErrProtocol)
+		h.n = uint64(binary.LittleEndian.Uint32(b[12:]))
+		if h.n != uint64(len(b)-hdrEager) {
+			return h, nil, fmt.Errorf("ring: eager Comm message says %d payload bytes, carries %d: %w", h.n, len(b)-hdrEager, shmem.ErrProtocol)
 		}
 		return h, b[hdrEager:], nil
 	case msgRTS, msgFrag, msgAbort:

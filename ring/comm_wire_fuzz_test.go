@@ -16,7 +16,7 @@ import (
 // the payload.
 func FuzzParseHeader(f *testing.F) {
 	var e [hdrEager + 3]byte
-	putEager(e[:], 2, 7, 42)
+	putEager(e[:], 2, 7, 42, 3)
 	f.Add(e[:])
 	for _, typ := range []uint8{msgRTS, msgFrag, msgAbort} {
 		var l [hdrLong]byte
@@ -45,7 +45,7 @@ func FuzzParseHeader(f *testing.F) {
 		switch h.typ {
 		case msgEager:
 			size = hdrEager
-			putEager(re[:], h.kind, h.comm, h.tag)
+			putEager(re[:], h.kind, h.comm, h.tag, int(h.n))
 		case msgRTS, msgFrag, msgAbort:
 			if h.id == 0 {
 				t.Fatalf("id 0 accepted")

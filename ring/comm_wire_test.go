@@ -2,8 +2,10 @@ package ring
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/goshmem/goshmem/shmem"
@@ -97,3 +99,107 @@ func TestCommWireKnown(t *testing.T) {
 		}
 	}
 }
+
+// Known bytes of an eager header decode to known fields and re-encode;
+// every truncated prefix, bytes 2-3 set, and a length field that is not
+// the payload's (one more, one less, the payload cut or grown) is
+// ErrProtocol.
+func TestCommWireEager(t *testing.T) {
+	// eager: kind 14 (float64), comm 5, tag 9, 3 payload bytes
+	const known = "010e0000" + "05000000" + "09000000" + "03000000" + "aabbcc"
+	b, err := hex.DecodeString(known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := header{typ: msgEager, kind: 14, comm: 5, tag: 9, n: 3}
+	h, payload, err := parseHeader(b)
+	if err != nil || h != want || !bytes.Equal(payload, []byte{0xaa, 0xbb, 0xcc}) {
+		t.Fatalf("%s: %+v, payload %x, %v; want %+v, aabbcc", known, h, payload, err, want)
+	}
+	var re [hdrEager]byte
+	putEager(re[:], h.kind, h.comm, h.tag, int(h.n))
+	if !bytes.Equal(re[:], b[:hdrEager]) {
+		t.Errorf("%s re-encodes as %x", known, re)
+	}
+	for n := range len(b) {
+		if _, _, err := parseHeader(b[:n]); !errors.Is(err, shmem.ErrProtocol) {
+			t.Errorf("%s cut to %d bytes: %v, want ErrProtocol", known, n, err)
+		}
+	}
+	if _, _, err := parseHeader(append(bytes.Clone(b), 0xdd)); !errors.Is(err, shmem.ErrProtocol) {
+		t.Errorf("%s with a byte more payload: %v, want ErrProtocol", known, err)
+	}
+	for _, i := range []int{2, 3} {
+		bad := bytes.Clone(b)
+		bad[i] = 1
+		if _, _, err := parseHeader(bad); !errors.Is(err, shmem.ErrProtocol) {
+			t.Errorf("%s with byte %d set: %v, want ErrProtocol", known, i, err)
+		}
+	}
+	for _, n := range []uint32{0, 2, 4, 1 << 16, 1<<32 - 1} {
+		bad := bytes.Clone(b)
+		binary.LittleEndian.PutUint32(bad[12:], n)
+		if _, _, err := parseHeader(bad); !errors.Is(err, shmem.ErrProtocol) {
+			t.Errorf("%s with length %d: %v, want ErrProtocol", known, n, err)
+		}
+	}
+}
+
+// comm-malformed: eager lane messages whose header's length is not
+// their payload's, put on PE 1's Comm lane to PE 0 beside Send, are
+// dropped: the Recv that meets them returns ErrProtocol and Status{},
+// and the well-formed message sent after them is the next Recv's, whole.
+var _ = register("comm-malformed", func(pe *shmem.PE) error {
+	c, err := NewComm(pe.World())
+	if err != nil {
+		return err
+	}
+	e := c.e
+	switch c.Rank() {
+	case 1:
+		// 5 bytes said, 3 carried (inline); 0 said, 40 carried (through
+		// a bulk area); 40 said, 39 carried.
+		for _, m := range []struct{ said, n int }{{5, 3}, {0, 40}, {40, 39}} {
+			var h [hdrEager]byte
+			putEager(h[:], kindOf[byte](), c.id, 7, m.said)
+			if err := e.hold(); err != nil {
+				return err
+			}
+			_, sent, err := e.r.outTo[c.world[0]].sendv(e.r, h[:], make([]byte, m.n), false)
+			e.pe.Exit()
+			if err != nil || !sent {
+				return fmt.Errorf("raw lane send: sent %v, %v", sent, err)
+			}
+		}
+	}
+	// Sends completed before a barrier are visible to Poll after it: PE
+	// 0's Recv finds the bad messages at its first look.
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	if c.Rank() == 0 {
+		dst := make([]byte, 64)
+		st, err := Recv(bg(), c, AnySource, AnyTag, dst)
+		if !errors.Is(err, shmem.ErrProtocol) || st != (Status{}) {
+			return fmt.Errorf("Recv over malformed messages: %+v, %v; want Status{}, ErrProtocol", st, err)
+		}
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	switch c.Rank() {
+	case 1:
+		if err := Send(bg(), c, 0, 8, []byte{1, 2, 3}); err != nil {
+			return err
+		}
+	case 0:
+		dst := make([]byte, 64)
+		st, err := Recv(bg(), c, AnySource, AnyTag, dst)
+		if err != nil || st != (Status{Source: 1, Tag: 8, Bytes: 3}) || !bytes.Equal(dst[:3], []byte{1, 2, 3}) {
+			return fmt.Errorf("Recv after the malformed messages: %+v, %v, %x; want tag 8, 3 bytes 010203", st, err, dst[:3])
+		}
+	}
+	return closeComm(pe, c)
+})
+
+func TestCommMalformed(t *testing.T) { each(t, "comm-malformed", 2) }
