@@ -29,7 +29,7 @@ const MaxTag = 1<<31 - 1
 // messages of up to EagerMax bytes are unreceived from this PE at a
 // target, Send to it returns without waiting for a matching Recv. (A Comm
 // whose heap cannot hold that many lanes lowers its own limit: see
-// Comm.EagerLimit.)
+// Comm.EagerLimit; a heap of 3,786,496 bytes per peer holds them.)
 const EagerMax = 64 << 10
 
 // FragMax is the payload of one rendezvous frag (docs/ring.md):
@@ -103,9 +103,13 @@ type Comm struct {
 // NewComm creates a Comm over team t (collective over t). The team must
 // contain every PE of the job: a Comm's lanes are symmetric objects,
 // which only a job-wide Malloc creates (ErrInvalid otherwise; a smaller
-// team gets its Comm from Sub; see docs/ring.md). Its lanes cost each PE about (NPEs-1) × 20 × 66 KiB of
-// heap; in a smaller heap the eager limit shrinks (EagerLimit), and
-// below 4 KiB NewComm fails with ErrHeapExhausted on every PE.
+// team gets its Comm from Sub; see docs/ring.md). Its lanes into a PE
+// take (NPEs-1) × 7 MiB of its heap where that is at most an eighth of
+// it, else at most half of it (docs/ring.md "Memory bounds"): the eager
+// limit is EagerMax while the heap has at least 3,786,496 bytes per peer
+// ((NPEs-1) × 3.61 MiB), and shrinks in 4 KiB steps below that
+// (EagerLimit); under 345,856 bytes per peer it would be below 4 KiB and
+// NewComm fails with ErrHeapExhausted on every PE.
 func NewComm(t *shmem.Team) (*Comm, error) { return newCommCap(t, QueueCap) }
 
 // newCommCap is NewComm with the unexpected queue's cap as a parameter,
@@ -150,7 +154,9 @@ func commOver(t *shmem.Team, npes int) (*Comm, error) {
 }
 
 // EagerLimit is the largest message this Comm sends eagerly: EagerMax,
-// or less when the heap is too small for lanes of that size.
+// or, in a heap of less than 3,786,496 bytes per peer, the largest
+// multiple of 4 KiB at most heap/(56 × (NPEs-1)) − 2080 bytes (half the
+// heap holds the lanes' 28 bulk areas each; see NewComm).
 func (c *Comm) EagerLimit() int { return c.e.eagerMax }
 
 // Rank is this PE's rank in the Comm's team; Size is the team's size.

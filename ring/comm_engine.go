@@ -166,24 +166,43 @@ func commInline(line int) int {
 	return (64+line-1)&^(line-1) - slotFixed
 }
 
+// commLimits is the frag size and the eager limit of a Comm of n PEs in
+// a heap of heap bytes. The lanes into a PE may take half its heap for
+// frags of up to the eager limit, an eighth of it for longer ones: (n-1)
+// lanes of commDepth (28) bulk areas and commSlots slots, counted at
+// 2 KiB a bulk area for the slots (more than their cache line or two:
+// commSlots lines of up to 256 bytes fit in it) and hdrLong for the
+// header. So, with per(part) = heap/part/(28(n-1)) - 2080 rounded down
+// to a multiple of minFrag (4 KiB):
+//
+//	eager = min(EagerMax, per(2))
+//	frag  = max(eager, min(FragMax, per(8)))
+//
+// The eager limit is the full 64 KiB when heap >= 3,786,496 * (n-1)
+// bytes (3.61 MiB a peer; the default 128 MiB heap holds up to 36
+// PEs); below 345,856 * (n-1) bytes per(2) is under 4 KiB and NewComm
+// fails with ErrHeapExhausted. One PE has no lanes: FragMax, EagerMax.
+func commLimits(heap, n int) (frag, eager int, err error) {
+	if n <= 1 {
+		return FragMax, EagerMax, nil
+	}
+	per := func(part int) int {
+		return (heap/part/((n-1)*commDepth) - 2*InlineMax - hdrLong) &^ (minFrag - 1)
+	}
+	eager = min(EagerMax, per(2))
+	if eager < minFrag {
+		return 0, 0, fmt.Errorf("ring: NewComm: %d PEs need at least %d bytes of heap each for their lanes; the heap has %d: %w",
+			n, 2*(n-1)*commDepth*(minFrag+2*InlineMax+hdrLong), heap, shmem.ErrHeapExhausted)
+	}
+	return max(eager, min(FragMax, per(8))), eager, nil
+}
+
 func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 	info := pe.Info()
 	n, me := pe.NPEs(), pe.MyPE()
-	frag := FragMax
-	if n > 1 {
-		// The lanes into a PE may take half its heap for frags of up to
-		// the eager limit, an eighth of it for longer ones: (n-1) lanes
-		// of commDepth bulk areas and commSlots slots (counted at 2 KiB
-		// a bulk area, more than their cache line or two: commSlots
-		// lines of up to 256 bytes fit in it).
-		per := func(part int) int {
-			return (int(info.HeapSize)/part/((n-1)*commDepth) - 2*InlineMax - hdrLong) &^ (minFrag - 1)
-		}
-		frag = max(min(EagerMax, per(2)), min(FragMax, per(8)))
-		if frag < minFrag {
-			return nil, fmt.Errorf("ring: NewComm: %d PEs need at least %d bytes of heap each for their lanes; the heap has %d: %w",
-				n, 2*(n-1)*commDepth*(minFrag+2*InlineMax+hdrLong), info.HeapSize, shmem.ErrHeapExhausted)
-		}
+	frag, eager, err := commLimits(int(info.HeapSize), n)
+	if err != nil {
+		return nil, err
 	}
 	var lanes []Lane
 	for i := range n {
@@ -208,7 +227,7 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 	}
 	rdv := r.extra
 	e := &engine{pe: pe, me: me, npes: n, r: r, bell: r.bell, bellWord: r.bellWord, rdv: rdv, rdvLocal: rdv.Local(),
-		spin: !info.Oversubscribed, eagerMax: min(EagerMax, frag), frag: frag, cap: queueCap,
+		spin: !info.Oversubscribed, eagerMax: eager, frag: frag, cap: queueCap,
 		comms: map[uint32]*Comm{}, subSeq: map[string]uint32{}, lanes: make([]inLane, n), rdvIn: map[rdvKey]*entry{},
 		batch: make([]Message, 0, 64), bellMsgs: bellMsgs,
 		claimUsed: make([]uint8, n), sends: map[uint32]*rdvSend{}, claimSeen: make([]uint64, n*claimsPer)}

@@ -203,3 +203,38 @@ var _ = register("comm-malformed", func(pe *shmem.PE) error {
 })
 
 func TestCommMalformed(t *testing.T) { each(t, "comm-malformed", 2) }
+
+// commLimits against the rule its comment states, at its edges: the full
+// eager limit from 3,786,496 heap bytes a peer, 4 KiB steps below it,
+// ErrHeapExhausted under 345,856 a peer, and the frag size (256 KiB once
+// an eighth of the heap holds it) never below the eager limit.
+func TestCommLimits(t *testing.T) {
+	const full, least = 3_786_496, 345_856
+	for _, c := range []struct {
+		heap, n, frag, eager int
+	}{
+		{1 << 20, 1, FragMax, EagerMax},
+		{full, 2, 64 << 10, 64 << 10},
+		{full - 1, 2, 60 << 10, 60 << 10},
+		{7 * full, 8, 64 << 10, 64 << 10},
+		{16 << 20, 8, 36 << 10, 36 << 10},   // docs/ring.md's example
+		{128 << 20, 36, 64 << 10, 64 << 10}, // the default heap's most PEs at 64 KiB
+		{128 << 20, 37, 60 << 10, 60 << 10},
+		{128 << 20, 2, FragMax, EagerMax}, // an eighth of it holds 256 KiB frags
+		{least, 2, 4 << 10, 4 << 10},
+		{3 * least, 4, 4 << 10, 4 << 10},
+		{least - 1, 2, 0, 0},
+		{0, 2, 0, 0},
+	} {
+		frag, eager, err := commLimits(c.heap, c.n)
+		if c.eager == 0 {
+			if !errors.Is(err, shmem.ErrHeapExhausted) {
+				t.Errorf("%d PEs, %d-byte heap: %d, %d, %v; want ErrHeapExhausted", c.n, c.heap, frag, eager, err)
+			}
+			continue
+		}
+		if err != nil || frag != c.frag || eager != c.eager {
+			t.Errorf("%d PEs, %d-byte heap: frag %d, eager %d, %v; want %d, %d", c.n, c.heap, frag, eager, err, c.frag, c.eager)
+		}
+	}
+}
