@@ -66,12 +66,15 @@ const (
 	soakWarmup = 3 * soakCtxEvery
 )
 
-// Margins of the trend checks. The live heap is measured at the end of
-// each GC cycle, so it moves with where in a round the cycle ended: by
-// the frames, buffers and closures of the calls in flight then, up to a
-// quarter of the working heap in goroutine PEs (3.3 to 4.4 MiB seen),
-// so its margin is the larger of 1 MiB and a quarter of the first
-// half's peak. RSS also moves with the scavenger returning pages and
+// Margins of the trend checks. The live heap is read after a GC cycle
+// run at the sampling point (soakMeasure). Read from the last cycle the
+// runtime happened to run, it moved with where in a round that cycle
+// ended (the frames, buffers and closures of the calls in flight then:
+// up to a quarter of the working heap in goroutine PEs, 3.3 to 4.4 MiB
+// seen, and a short NONAP run failed at 4530 -> 6119 KiB); the margin,
+// the larger of 1 MiB and a quarter of the first half's peak, is kept
+// for what a PE in another goroutine still has in flight in goroutine
+// PEs, where all PEs share the process. RSS also moves with the scavenger returning pages and
 // the GC pacer's target (twice the live heap), so a heap that swings
 // by some MiB between GC cycles moves RSS by up to twice as much: its
 // margin is the largest of 4 MiB, an eighth of the first half's peak,
@@ -544,7 +547,12 @@ func soakCount(s soakSyms, n int) error {
 
 var soakMetrics = []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 
+// soakMeasure samples the process. It runs a whole GC cycle first, so
+// that the live heap it reads is what is reachable at the sampling point
+// (every worker parked), not what the last cycle found wherever in a
+// round it happened to end.
 func soakMeasure() soakSample {
+	runtime.GC()
 	m := make([]metrics.Sample, len(soakMetrics))
 	copy(m, soakMetrics)
 	metrics.Read(m)
