@@ -3,10 +3,8 @@ package netmesh
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"testing"
-	"time"
 )
 
 // The read token's hand-over driven message by message, in the style of
@@ -47,16 +45,7 @@ import (
 //     timer, so an arm superseded by a later one may never run, or run
 //     late; the last arm always runs.
 func TestTokenMessages(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("GOSHMEM_TOKEN_SEED"); v != "" {
-		seed, _ = strconv.ParseUint(v, 10, 64)
-	}
-	t.Logf("seed %d (GOSHMEM_TOKEN_SEED replays it)", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
-	runs := 3000
-	if testing.Short() {
-		runs = 300
-	}
+	seed, rng, runs := tokenRuns(t, 1)
 	for run := 0; run < runs; run++ {
 		m := &msgModel{rng: rng}
 		m.fail = func(format string, args ...any) {

@@ -18,16 +18,7 @@ import (
 // lingering token; frames left in the buffer; the stream's end. After every step the
 // invariants of token.go hold, and each release does what it must.
 func TestTokenRandom(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("GOSHMEM_TOKEN_SEED"); v != "" {
-		seed, _ = strconv.ParseUint(v, 10, 64)
-	}
-	t.Logf("seed %d (GOSHMEM_TOKEN_SEED replays it)", seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
-	runs := 3000
-	if testing.Short() {
-		runs = 300
-	}
+	seed, rng, runs := tokenRuns(t, 0)
 	for run := 0; run < runs; run++ {
 		var log []string
 		fail := func(format string, args ...any) {
@@ -301,4 +292,20 @@ func joinLines(l []string) string {
 		s += "  " + strconv.Itoa(i+1) + ". " + x + "\n"
 	}
 	return s
+}
+
+// tokenRuns is the two token models' seed and run count: the seed from
+// the clock or GOSHMEM_TOKEN_SEED (logged, so a failure replays), the
+// generator's stream told apart per model, 3000 runs (300 with -short).
+func tokenRuns(t *testing.T, stream uint64) (uint64, *rand.Rand, int) {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("GOSHMEM_TOKEN_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	t.Logf("seed %d (GOSHMEM_TOKEN_SEED replays it)", seed)
+	if testing.Short() {
+		return seed, rand.New(rand.NewPCG(seed, stream)), 300
+	}
+	return seed, rand.New(rand.NewPCG(seed, stream)), 3000
 }
