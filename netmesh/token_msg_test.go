@@ -45,16 +45,10 @@ import (
 //     timer, so an arm superseded by a later one may never run, or run
 //     late; the last arm always runs.
 func TestTokenMessages(t *testing.T) {
-	seed, rng, runs := tokenRuns(t, 1)
-	for run := 0; run < runs; run++ {
-		m := &msgModel{rng: rng}
-		m.fail = func(format string, args ...any) {
-			t.Helper()
-			t.Fatalf("seed %d (GOSHMEM_TOKEN_SEED replays it), run %d: "+format+"\nsteps:\n%s",
-				append(append([]any{seed, run}, args...), joinLines(m.log))...)
-		}
+	tokenRuns(t, 1, func(rng *rand.Rand, log *[]string, fail func(string, ...any)) {
+		m := &msgModel{rng: rng, log: log, fail: fail}
 		m.run()
-	}
+	})
 }
 
 type msgKind uint8
@@ -91,18 +85,18 @@ type msgModel struct {
 	tk       token
 	cs       [tokenCallers]msgCaller
 	net      []tokenMsg
-	arms     int  // lingerArm calls
-	parked   int  // waits parked (Mesh.Park)
-	buffered bool // a whole frame waits in the read buffer
-	arrived  bool // bytes wait unread in the socket
-	reader   bool // the reader goroutine believes it holds the token
-	poller   bool // a poller believes it holds the token
-	gone     bool // the reader goroutine reported the end and exited
-	log      []string
+	arms     int       // lingerArm calls
+	parked   int       // waits parked (Mesh.Park)
+	buffered bool      // a whole frame waits in the read buffer
+	arrived  bool      // bytes wait unread in the socket
+	reader   bool      // the reader goroutine believes it holds the token
+	poller   bool      // a poller believes it holds the token
+	gone     bool      // the reader goroutine reported the end and exited
+	log      *[]string // the steps so far, for fail
 	fail     func(string, ...any)
 }
 
-func (m *msgModel) step(s string, args ...any) { m.log = append(m.log, fmt.Sprintf(s, args...)) }
+func (m *msgModel) step(s string, args ...any) { *m.log = append(*m.log, fmt.Sprintf(s, args...)) }
 
 func (m *msgModel) idx(c *call) int {
 	for i := range m.cs {

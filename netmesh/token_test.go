@@ -18,16 +18,7 @@ import (
 // lingering token; frames left in the buffer; the stream's end. After every step the
 // invariants of token.go hold, and each release does what it must.
 func TestTokenRandom(t *testing.T) {
-	seed, rng, runs := tokenRuns(t, 0)
-	for run := 0; run < runs; run++ {
-		var log []string
-		fail := func(format string, args ...any) {
-			t.Helper()
-			t.Fatalf("seed %d (GOSHMEM_TOKEN_SEED replays it), run %d: "+format+"\nsteps:\n%s",
-				append(append([]any{seed, run}, args...), joinLines(log))...)
-		}
-		tokenRun(rng, &log, fail)
-	}
+	tokenRuns(t, 0, tokenRun)
 }
 
 const tokenCallers = 4
@@ -294,18 +285,29 @@ func joinLines(l []string) string {
 	return s
 }
 
-// tokenRuns is the two token models' seed and run count: the seed from
-// the clock or GOSHMEM_TOKEN_SEED (logged, so a failure replays), the
-// generator's stream told apart per model, 3000 runs (300 with -short).
-func tokenRuns(t *testing.T, stream uint64) (uint64, *rand.Rand, int) {
+// tokenRuns drives one of the two token models (run) 3000 times (300
+// with -short) from one seed: the clock's or GOSHMEM_TOKEN_SEED's,
+// logged, so a failure replays; the generator's stream tells the models
+// apart. A run records its steps in log; fail ends the test with the
+// seed, the run and those steps.
+func tokenRuns(t *testing.T, stream uint64, run func(rng *rand.Rand, log *[]string, fail func(string, ...any))) {
 	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("GOSHMEM_TOKEN_SEED"); v != "" {
 		seed, _ = strconv.ParseUint(v, 10, 64)
 	}
 	t.Logf("seed %d (GOSHMEM_TOKEN_SEED replays it)", seed)
+	rng := rand.New(rand.NewPCG(seed, stream))
+	runs := 3000
 	if testing.Short() {
-		return seed, rand.New(rand.NewPCG(seed, stream)), 300
+		runs = 300
 	}
-	return seed, rand.New(rand.NewPCG(seed, stream)), 3000
+	for r := 0; r < runs; r++ {
+		var log []string
+		run(rng, &log, func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("seed %d (GOSHMEM_TOKEN_SEED replays it), run %d: "+format+"\nsteps:\n%s",
+				append(append([]any{seed, r}, args...), joinLines(log))...)
+		})
+	}
 }

@@ -73,9 +73,10 @@ func putLong(b []byte, typ, kind uint8, comm uint32, tag int, n uint64, id, epoc
 
 // parseHeader reads the header of lane message b and returns it with the
 // payload. It never panics: a message too short for its type, of an
-// unknown type, with a field the table above says is zero set, or
-// eager with a length that is not its payload's, is ErrProtocol; so a header it accepts is the one put* writes for the
-// same fields (FuzzParseHeader).
+// unknown type, with a field the table above says is zero set, or eager
+// with a length that is not its payload's, is ErrProtocol; so a header
+// it accepts is the one put* writes for the same fields
+// (FuzzParseHeader).
 func parseHeader(b []byte) (header, []byte, error) {
 	if len(b) < hdrEager {
 		return header{}, nil, fmt.Errorf("ring: Comm message of %d bytes, shorter than a header: %w", len(b), shmem.ErrProtocol)
