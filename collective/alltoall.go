@@ -95,8 +95,12 @@ func allToAllFlat[T shmem.Elem](c *call, dst, src shmem.Sym[T], dstStride, srcSt
 	msg := c.message(n * c.n * sz)
 	c.newHeader(c.desc).put(msg)
 	out, sl := elems[T](msg[hdrBytes:], n*c.n), src.Local()
-	for x := range out {
-		out[x] = sl[x*srcStride]
+	if srcStride == 1 {
+		copy(out, sl)
+	} else {
+		for x := range out {
+			out[x] = sl[x*srcStride]
+		}
 	}
 	if err := c.exchange(msg, nil); err != nil {
 		return err
@@ -111,6 +115,10 @@ func allToAllFlat[T shmem.Elem](c *call, dst, src shmem.Sym[T], dstStride, srcSt
 			in = c.inbox(i, len(msg))
 		}
 		block := elems[T](in[hdrBytes:], n*c.n)[c.me*n : (c.me+1)*n]
+		if dstStride == 1 {
+			copy(dl[i*n:(i+1)*n], block)
+			continue
+		}
 		for e, v := range block {
 			dl[(i*n+e)*dstStride] = v
 		}

@@ -69,11 +69,12 @@ func (c *call) end(err error) error {
 
 // useRD says whether a vector of size bytes of elemSize-byte elements
 // goes through the scratch (reduceRD, broadcastRD): under auto when it
-// fits one message, under rd whenever one element fits (in pieces).
+// fits one message (scratchMax), under rd whenever one element fits (in
+// pieces).
 func (c *call) useRD(size, elemSize int) bool {
 	switch c.algo {
 	case algoAuto:
-		return size <= c.g.payloadCap()
+		return size <= c.scratchMax()
 	case algoRD:
 		return elemSize <= c.g.payloadCap()
 	}
@@ -85,7 +86,29 @@ func (c *call) useRD(size, elemSize int) bool {
 // and rd, and only on flat teams, where every member's message reaches
 // every other.
 func (c *call) oneMessage(size int) bool {
-	return c.g.flat && (c.algo == algoAuto || c.algo == algoRD) && size <= c.g.payloadCap()
+	return c.g.flat && (c.algo == algoAuto || c.algo == algoRD) && size <= c.scratchMax()
+}
+
+// sameHostScratch is the largest message a team on one host sends
+// through the scratch under auto. There the direct algorithm reads a
+// peer's buffer in place, one copy across cores, for one more exchange,
+// while the scratch costs two copies: with a core per member (2 members
+// here) the scratch is slower from about 4 KiB (broadcast 0.63 against
+// 1.00 µs), and with members sharing cores (4 on 2) an exchange is a
+// hand-over of a core and the scratch is faster as far as it holds (2
+// KiB: AllReduce 9.5 against 18 µs). docs/collectives.md, "Crossovers".
+const sameHostScratch = 2048
+
+// scratchMax is the largest vector (bytes) that auto sends through the
+// scratch in one message: one message's payload on a team that spans
+// hosts, where every exchange saved is a network round trip, and at
+// most sameHostScratch on a team on one host. Every member of a team
+// answers alike (spansHosts).
+func (c *call) scratchMax() int {
+	if c.spansHosts() {
+		return c.g.payloadCap()
+	}
+	return min(c.g.payloadCap(), sameHostScratch)
 }
 
 // fail records this PE's first argument error.

@@ -16,7 +16,7 @@ func TestLayoutConstants(t *testing.T) {
 		got, want uint64
 	}{
 		{"HeaderMagic", HeaderMagic, 0x314D454D48534F47},
-		{"LayoutVersion", LayoutVersion, 1},
+		{"LayoutVersion", LayoutVersion, 2},
 		{"HdrMagicOff", HdrMagicOff, 0},
 		{"HdrVersionOff", HdrVersionOff, 8},
 		{"HdrRankOff", HdrRankOff, 12},
@@ -30,15 +30,15 @@ func TestLayoutConstants(t *testing.T) {
 		{"SleepSlots", SleepSlots, 16},
 		{"TeamsOff", TeamsOff, 4096},
 		{"MaxTeams", MaxTeams, 1024},
-		{"TeamSlotSize", TeamSlotSize, 4096},
+		{"TeamSlotSize", TeamSlotSize, 32768},
 		{"MaxRounds", MaxRounds, 32},
 		{"FlagStride", FlagStride, 64},
 		{"TeamScratchOff", TeamScratchOff, 2048},
 		{"TeamScratchLen", TeamScratchLen, 512},
 		{"DebugEnteredOff", DebugEnteredOff, 8},
-		{"HeapBase", HeapBase, 4259840},
-		{"FlagOff(3, 5)", FlagOff(3, 5), 4096 + 3*4096 + 5*64},
-		{"ScratchOff(2)", ScratchOff(2), 4096 + 2*4096 + 2048},
+		{"HeapBase", HeapBase, 33619968},
+		{"FlagOff(3, 5)", FlagOff(3, 5), 4096 + 3*32768 + 5*64},
+		{"ScratchOff(2)", ScratchOff(2), 4096 + 2*32768 + 2048},
 	}
 	for _, p := range pins {
 		if p.got != p.want {
@@ -63,7 +63,7 @@ func TestLayoutConstants(t *testing.T) {
 	seg.WriteHeader(7, 12345)
 	b := seg.Bytes()
 	le := binary.LittleEndian
-	if string(b[0:8]) != "GOSHMEM1" || le.Uint32(b[8:]) != 1 || le.Uint32(b[12:]) != 7 ||
+	if string(b[0:8]) != "GOSHMEM1" || le.Uint32(b[8:]) != 2 || le.Uint32(b[12:]) != 7 ||
 		le.Uint64(b[16:]) != uint64(len(b)) || le.Uint64(b[24:]) != HeapBase || le.Uint32(b[32:]) != 12345 {
 		t.Fatalf("header bytes % x", b[:40])
 	}
