@@ -15,8 +15,8 @@
 //	cmd/goshbench  flags, jobs (through internal/launch), outputs
 //	suite          the registry, the suites, the limits, the PE side of a job
 //	report         records and the JSON schema, statistics, table, benchmark lines, SVG plots
-//	results        the runs quoted in docs/performance.md (goshbench-tcp.* and tcp/: over TCP;
-//	               goshbench-ring.* and ring/: the ring suites over shm and tcp)
+//	results        the runs quoted in docs/performance.md (goshbench-1..3 and their medians;
+//	               2026-11-29/: the earlier runs over shm, tcp and the ring suites)
 //
 // docs/performance.md describes the method and the figures.
 package benchmarks
