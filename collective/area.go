@@ -1,6 +1,6 @@
 package collective
 
-// The layout of a team's collective area on each member (the 30208
+// The layout of a team's collective area on each member (the 128512
 // bytes shmem.Team.CollectiveArea hands out, as words and as bytes).
 // Every member has the same layout at the same offsets.
 //

@@ -114,7 +114,7 @@ func TestRingSchedule(t *testing.T) {
 // The size of the collective area shmem hands out (heap.TeamSlotSize
 // less the slot's flags and split scratch), and of its message buffers.
 const (
-	areaLen    = 30208
+	areaLen    = 128512
 	scratchLen = areaLen - scratchOff
 )
 
@@ -143,8 +143,8 @@ func TestGeometry(t *testing.T) {
 			}
 		}
 	}
-	// docs/collectives.md: a 2 KiB vector is one exchange on 4 members.
-	if g := newGeometry(4, scratchLen); g.payloadCap() < 2048 {
+	// docs/collectives.md quotes a 4-member team's message.
+	if g := newGeometry(4, scratchLen); g.payloadCap() != 15960 {
 		t.Fatalf("a 4-PE team's messages carry %d bytes", g.payloadCap())
 	}
 }

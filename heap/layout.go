@@ -51,13 +51,13 @@ import (
 //	                          (DebugEnteredOff), written only by the member
 //	TeamScratchOff    512     split/agreement scratch: the member's call
 //	                          descriptor and its free-slot bitmap
-//	2560              30208   the collective area (shmem.Team.CollectiveArea:
-//	                          40 control words, then 29888 bytes of message
+//	2560              128512  the collective area (shmem.Team.CollectiveArea:
+//	                          40 control words, then 128192 bytes of message
 //	                          buffers; laid out by package collective, zeroed with the
 //	                          flags when the team is destroyed)
 const (
 	HeaderMagic   = 0x314D454D48534F47 // "GOSHMEM1" read as a little-endian uint64
-	LayoutVersion = 2                  // 2: team slots of 32 KiB (1: 4 KiB)
+	LayoutVersion = 2                  // 2: 256 team slots of 128 KiB (1: 1024 of 4 KiB)
 
 	HdrMagicOff   = 0
 	HdrVersionOff = 8
@@ -76,12 +76,15 @@ const (
 	tableLenBits = 20
 
 	TeamsOff = 4096
-	MaxTeams = 1024 // live team slots per PE, including the world and shared teams
-	// TeamSlotSize is 32 KiB so that the collective area holds a
-	// message of a few KiB per member: a small collective is then one
-	// exchange (2 KiB on 4 members: docs/collectives.md). The slots
-	// cost address space, and memory only where a team has written.
-	TeamSlotSize   = 32768
+	// MaxTeams live team slots per PE, including the world and shared
+	// teams (api.md asks for at least 64).
+	MaxTeams = 256
+	// TeamSlotSize is 128 KiB so that the collective area holds a
+	// message of many KiB per member: a small collective is then one
+	// exchange (over TCP up to 15960 bytes on 4 members, on one host up
+	// to 2 KiB: docs/collectives.md). The slots cost address space, and
+	// memory only where a team has written.
+	TeamSlotSize   = 131072
 	MaxRounds      = 32 // dissemination rounds: teams of up to 2^32 PEs
 	FlagStride     = 64
 	TeamScratchOff = MaxRounds * FlagStride // 2048

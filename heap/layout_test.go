@@ -29,16 +29,16 @@ func TestLayoutConstants(t *testing.T) {
 		{"TableOff", TableOff, 256},
 		{"SleepSlots", SleepSlots, 16},
 		{"TeamsOff", TeamsOff, 4096},
-		{"MaxTeams", MaxTeams, 1024},
-		{"TeamSlotSize", TeamSlotSize, 32768},
+		{"MaxTeams", MaxTeams, 256},
+		{"TeamSlotSize", TeamSlotSize, 131072},
 		{"MaxRounds", MaxRounds, 32},
 		{"FlagStride", FlagStride, 64},
 		{"TeamScratchOff", TeamScratchOff, 2048},
 		{"TeamScratchLen", TeamScratchLen, 512},
 		{"DebugEnteredOff", DebugEnteredOff, 8},
 		{"HeapBase", HeapBase, 33619968},
-		{"FlagOff(3, 5)", FlagOff(3, 5), 4096 + 3*32768 + 5*64},
-		{"ScratchOff(2)", ScratchOff(2), 4096 + 2*32768 + 2048},
+		{"FlagOff(3, 5)", FlagOff(3, 5), 4096 + 3*131072 + 5*64},
+		{"ScratchOff(2)", ScratchOff(2), 4096 + 2*131072 + 2048},
 	}
 	for _, p := range pins {
 		if p.got != p.want {

@@ -15,7 +15,7 @@ import (
 // Team is an ordered subset of the job's PEs with its own numbering
 // (0..NPEs()-1) and its own synchronisation state: a slot of barrier
 // flags in the reserved region of every member's heap. Teams are created
-// collectively by splitting a parent team; up to heap.MaxTeams (1024)
+// collectively by splitting a parent team; up to heap.MaxTeams (256)
 // teams, including the world and shared teams, may be alive at once.
 //
 // The collective calls on one team (Sync, Split, Split2D, Destroy) must

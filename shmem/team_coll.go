@@ -6,7 +6,7 @@ import (
 	"github.com/goshmem/goshmem/heap"
 )
 
-// The collective area of a team slot: the last 30208 bytes of each
+// The collective area of a team slot: the last 128512 bytes of each
 // member's team slot (heap.TeamSlotSize), which the runtime itself does
 // not use. The collective package owns its layout (collective/area.go:
 // control words, then message buffers whose sequence words sit in the
@@ -15,15 +15,15 @@ import (
 // on the same slot starts from zero on every member.
 //
 //	offset in the slot   width   meaning
-//	2560                 30208   collective area, laid out by package collective
+//	2560                 128512   collective area, laid out by package collective
 const (
 	collAreaOff = heap.TeamScratchOff + heap.TeamScratchLen // 2560
-	collAreaLen = heap.TeamSlotSize - collAreaOff           // 30208
+	collAreaLen = heap.TeamSlotSize - collAreaOff           // 128512
 )
 
 // CollectiveArea is the team's collective area on this PE, at the same
 // offset on every member, 64-byte aligned and zero when the team is
-// created, as two views of the same 30208 bytes: words, 3776 uint64 (for
+// created, as two views of the same 128512 bytes: words, 16064 uint64 (for
 // the wait, atomic and signal calls), and bytes (for puts and reads).
 // Only the collective package should use it. Other members reach their
 // copies through the usual RMA, atomic and wait calls with their world
