@@ -165,8 +165,8 @@ func Store64(mem []byte, off uint64, v uint64) {
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(unsafe.SliceData(mem[off:]))), v)
 }
 
-// Ptr32 returns the 4-byte word at off of mem, for futex waits and the
-// sleeper counters.
+// Ptr32 returns the 4-byte word at off of mem, for the header's words,
+// the wake word and the lock words.
 func Ptr32(mem []byte, off uint64) *uint32 {
 	return (*uint32)(unsafe.Pointer(unsafe.SliceData(mem[off:])))
 }

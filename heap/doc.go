@@ -1,8 +1,9 @@
 // Package heap owns a PE's memory: the shared-memory segment that holds
 // its symmetric heap, the deterministic allocator that places collective
 // allocations at the same offset on every PE, the layout of the reserved
-// region at the start of every segment, and the audited helpers that read
-// and write shared words atomically and sleep on them.
+// region at the start of every segment, the audited helpers that read
+// and write shared words atomically, and the wake descriptor (an
+// eventfd) that a PE's waits sleep on and its writers wake.
 //
 // A segment is an anonymous memfd, sealed against resizing and mapped
 // MAP_SHARED. Same-host peers receive its descriptor over a Unix socket

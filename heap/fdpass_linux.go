@@ -1,5 +1,5 @@
-// Passing a segment's descriptor to a same-host peer over a Unix socket
-// (SCM_RIGHTS).
+// Passing a segment's descriptors (its memfd and its owner's wake
+// eventfd) to a same-host peer over a Unix socket (SCM_RIGHTS).
 
 package heap
 
@@ -12,27 +12,33 @@ import (
 	"github.com/goshmem/goshmem/internal/errs"
 )
 
-// SendFD sends msg with fd attached as SCM_RIGHTS in one message.
-func SendFD(c *net.UnixConn, fd int, msg []byte) error {
-	n, oobn, err := c.WriteMsgUnix(msg, unix.UnixRights(fd), nil)
+// SendFDs sends msg with fds attached as SCM_RIGHTS in one message.
+func SendFDs(c *net.UnixConn, msg []byte, fds ...int) error {
+	n, oobn, err := c.WriteMsgUnix(msg, unix.UnixRights(fds...), nil)
 	if err != nil {
-		return fmt.Errorf("heap: sending segment descriptor: %w", err)
+		return fmt.Errorf("heap: sending segment descriptors: %w", err)
 	}
 	if n != len(msg) || oobn == 0 {
-		return fmt.Errorf("heap: short write sending segment descriptor (%d of %d bytes)", n, len(msg))
+		return fmt.Errorf("heap: short write sending segment descriptors (%d of %d bytes)", n, len(msg))
 	}
 	return nil
 }
 
-// RecvFD receives one message of at most len(buf) bytes carrying exactly
-// one descriptor. It returns the descriptor (owned by the caller) and the
-// message length. Any other number of descriptors is a protocol error and
-// every received descriptor is closed.
-func RecvFD(c *net.UnixConn, buf []byte) (int, int, error) {
-	oob := make([]byte, unix.CmsgSpace(4*4))
+// maxRecvFDs bounds the descriptors one message may carry here: room for
+// more than any sender sends, so that a message with too many is seen
+// (and all of them closed) rather than truncated.
+const maxRecvFDs = 4
+
+// RecvFDs receives one message of at most len(buf) bytes carrying
+// exactly want descriptors (want <= maxRecvFDs). It returns the
+// descriptors (owned by the caller), in the order sent, and the message
+// length. Any other number of descriptors is a protocol error and every
+// received descriptor is closed.
+func RecvFDs(c *net.UnixConn, buf []byte, want int) ([]int, int, error) {
+	oob := make([]byte, unix.CmsgSpace(4*maxRecvFDs))
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
-		return -1, 0, fmt.Errorf("heap: receiving segment descriptor: %w", err)
+		return nil, 0, fmt.Errorf("heap: receiving segment descriptors: %w", err)
 	}
 	var fds []int
 	if oobn > 0 {
@@ -46,14 +52,14 @@ func RecvFD(c *net.UnixConn, buf []byte) (int, int, error) {
 			}
 		}
 	}
-	if len(fds) != 1 || flags&unix.MSG_CTRUNC != 0 {
+	if len(fds) != want || flags&unix.MSG_CTRUNC != 0 {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		return -1, 0, fmt.Errorf("heap: expected one segment descriptor, got %d: %w", len(fds), errs.Protocol)
+		return nil, 0, fmt.Errorf("heap: expected %d segment descriptors, got %d: %w", want, len(fds), errs.Protocol)
 	}
-	return fds[0], n, nil
+	return fds, n, nil
 }
 
-// CloseFD closes a descriptor received with RecvFD that will not be mapped.
+// CloseFD closes a descriptor received with RecvFDs that will not be used.
 func CloseFD(fd int) { unix.Close(fd) }

@@ -21,7 +21,9 @@ import (
 //	24                8       HeapBase: where the user heap starts
 //	32                4       owner's process id
 //	36                28      zero
-//	WakeOff  = 64     4       futex word: bumped by a writer that sees sleepers
+//	WakeOff  = 64     4       wake word: incremented by every waker of the
+//	                          owner's sleepers before it writes the owner's
+//	                          eventfd (Waker.Wake, Sleeper.Sleep)
 //	SleepOff = 128    8       sleep word: bits 0..15, the sleep-table slots in
 //	                          use; bits 32..63, sleepers the table had no room
 //	                          for (they watch everything). Zero: nobody sleeps.

@@ -529,7 +529,7 @@ func (e *engine) spinFor(w *waiter, keep bool) (bool, error) {
 // commSpin bounds a Comm wait's spin (when the host has a CPU per PE and
 // every peer is on it) before it sleeps in shmem.WaitUntil: a partner
 // streaming messages usually answers within a few microseconds, and a
-// futex sleep and wake costs more than that. With remote peers the spin
+// sleep and wake costs more than that. With remote peers the spin
 // is recvSpin loads: a longer one takes the CPU the link's reader needs
 // to deliver the message.
 const commSpin = 20 * time.Microsecond

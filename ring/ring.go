@@ -306,7 +306,7 @@ const recvSpin = 512
 // Recv returns the next message from any of this PE's lanes, waiting for
 // one on a word the senders advance after each message (the lane's pub
 // word when the PE has one incoming lane, else the PE's doorbell): a
-// short spin, then shmem.WaitUntil (spin, yield, then futex sleep). It ends with the
+// short spin, then shmem.WaitUntil (spin, yield, then sleep). It ends with the
 // shmem error (ErrPeerLost, ErrTimeout) when a peer is lost or the PE's
 // timeout passes with nothing arriving, and with an error on corruption
 // as Poll does.

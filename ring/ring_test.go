@@ -658,7 +658,7 @@ func TestSendAllocs(t *testing.T) {
 	}
 }
 
-// sleepyRecv: Recv has gone to sleep (futex) by the time the message
+// sleepyRecv: Recv has gone to sleep by the time the message
 // comes, and the sender's put wakes it: on a lane's pub word (PE 1, one
 // incoming lane) and on the doorbell (PE 0, two incoming lanes).
 var _ = register("sleepy-recv", func(pe *shmem.PE) error {

@@ -1,44 +1,50 @@
 package shmem
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/goshmem/goshmem/heap"
 	"github.com/goshmem/goshmem/verify/explore"
 )
 
 // The exhaustive check of Finalize against the PE's other goroutines:
 // the lifecycle gate's own functions (enter, leave, Enter, Exit, begin,
-// settle, alive, wake, poke) run in every step on a PE rebuilt from the
-// model's state (the gate word, the futex wake word, the poke channel),
-// so every interleaving of their atomic steps with the goroutines' is
-// explored. The goroutines:
+// settle, alive, wakeSelf) run in every step on a PE rebuilt from the
+// model's state (the gate word, the wake word, and the writes to the
+// PE's eventfd, read back from a real one), so every interleaving of
+// their atomic steps with the goroutines' is explored. The goroutines:
 //
-//   - a finalizer: begin (running → draining, wake the sleepers and the
-//     parked waits), settle(draining → leaving) once no call is inside,
+//   - a finalizer: begin (running → draining, wake the sleepers),
+//     settle(draining → leaving) once no call is inside,
 //     Finalize's own quiet and barrier (they touch nothing here),
 //     settle(leaving → closed), then the memory is unmapped;
-//   - a WaitUntil sleeping on the futex word (await's sleeping loop: load
-//     the wake word, check the condition, which reads the PE's memory,
-//     alive, FutexWait on the loaded value; after a wake, the condition
-//     and alive again), and one parked as a PE with TCP links parks
-//     (parkUntil: the poke channel instead of the wake word);
+//   - a WaitUntil asleep on the PE's wake descriptor (sleep in wait.go,
+//     the one sleep of every job shape: load the wake word, check the
+//     condition, which reads the PE's memory, and alive; then
+//     heap.Sleeper.Sleep: the poller forgets the events from before it,
+//     returns at once if the wake word moved, else parks until an event;
+//     then all again);
 //   - a Put to this PE of the word the waits wait for (enter, the store,
 //     the wake, leave), so waits may also end with their condition;
 //   - a package that holds the PE with Enter, reads its memory, and Exits
 //     (ring's gate);
-//   - a second futex wait, so that one wake must reach two sleepers;
+//   - a second sleeping wait, so that one wake must reach two sleepers;
 //   - a team call admitted by its team's lock (lockCall: the lock, then
 //     the state check, then the memory, then the unlock), which settle
 //     waits for by finding every team's lock free (teamsIdle).
 //
 // Each goroutine starts outside the PE, so Finalize meets it before its
 // call, inside it, and at every step of its wait. A sleep ends only by a
-// wake or a poke (GOSHMEM_TEST_NONAP's waits: a lost wake-up is a hang
+// wake (GOSHMEM_TEST_NONAP's waits: a lost wake-up is a hang
 // here, not a nap's latency), and settle is taken once, when the count of
 // calls inside is zero: its re-wakes while it retries are a backstop the
 // check does not count on, so begin's one wake must reach every wait.
@@ -51,26 +57,26 @@ import (
 
 const (
 	fzFinalizer = iota
-	fzFutex
-	fzPark
+	fzWait
 	fzPut
 	fzEnter
-	fzFutex2
+	fzWait2
 	fzTeam
 	fzActors
 )
 
-var fzNames = [fzActors]string{"finalizer", "futex wait", "parked wait", "put", "Enter", "second futex wait", "team call"}
+var fzNames = [fzActors]string{"finalizer", "sleeping wait", "put", "Enter", "second sleeping wait", "team call"}
 
 type fzState struct {
 	gate     uint64
-	wake     uint32 // the PE's futex wake word
-	pokes    uint8  // poke channels closed so far
+	wake     uint32 // the PE's wake word
+	efd      uint32 // writes to the PE's eventfd so far
 	word     bool   // the word the waits wait for is set
 	unmapped bool
 	locked   bool // the team's lock is held (by the team call)
 	pc       [fzActors]uint8
-	seen     [fzActors]uint32 // a wait's loaded wake word or poke count
+	seen     [fzActors]uint32 // a wait's loaded wake word
+	evSeen   [fzActors]uint32 // the eventfd writes when its Sleep's read reset the descriptor
 	result   [fzActors]uint8  // 0 running, 1 nil, 2 ErrFinalized, 3 another error
 	bad      string
 }
@@ -81,10 +87,9 @@ const (
 	wLoad  // = 1, where admit leaves an admitted goroutine
 	wCond
 	wAlive
-	wSleep
+	wReset
+	wCheck
 	wAsleep
-	wCondAfter
-	wAliveAfter
 	wLeave
 	wDone
 )
@@ -111,33 +116,37 @@ func (m *fzModel) has(a int) bool {
 	return false
 }
 
-// pe rebuilds a PE holding s's lifecycle words; done reads them back.
-func fzPE(s fzState) (*PE, *uint32, chan struct{}) {
+// fzEventfd is a real eventfd standing for the PE's wake descriptor:
+// the model's PE wakes through a Waker on it, and fzRead reads (and
+// resets) its counter, the writes made during one step.
+var fzEventfd = sync.OnceValues(func() (int, error) {
+	return unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+})
+
+// fzPE rebuilds a PE holding s's lifecycle words; fzRead reads them back.
+func fzPE(s fzState, fd int) (*PE, *uint32) {
 	pe := &PE{rank: 0, counted: true, cfg: Config{Timeout: time.Second}}
 	pe.gate.Store(s.gate)
 	w := s.wake
-	pe.peers = []peer{{wake: &w}}
-	ch := make(chan struct{})
-	pe.pokeCh.Store(&ch)
+	pe.peers = []peer{{wake: heap.NewWaker(fd, &w)}}
 	t := &Team{pe: pe}
 	if s.locked {
 		t.mu.Lock()
 	}
 	pe.teams = map[int]*Team{0: t}
-	return pe, &w, ch
+	return pe, &w
 }
 
-func fzRead(s fzState, pe *PE, w *uint32, ch chan struct{}) fzState {
+func fzRead(s fzState, pe *PE, w *uint32, fd int) fzState {
 	s.gate, s.wake = pe.gate.Load(), *w
+	var b [8]byte
+	if n, _ := unix.Read(fd, b[:]); n == 8 {
+		s.efd += uint32(binary.NativeEndian.Uint64(b[:]))
+	}
 	t := pe.teams[0]
 	s.locked = !t.mu.TryLock()
 	if !s.locked {
 		t.mu.Unlock()
-	}
-	select {
-	case <-ch:
-		s.pokes++
-	default:
 	}
 	return s
 }
@@ -168,10 +177,14 @@ func (m *fzModel) steps(s fzState) []explore.Step[fzState] {
 		out = append(out, explore.Step[fzState]{Actor: a, Label: fmt.Sprintf("%s: %s", fzNames[a], label), Next: nx})
 	}
 	// call runs f on a PE holding s's words and reads them back.
+	fd, err := fzEventfd()
+	if err != nil {
+		panic(fmt.Sprintf("the model's eventfd: %v", err))
+	}
 	call := func(s fzState, f func(pe *PE)) fzState {
-		pe, w, ch := fzPE(s)
+		pe, w := fzPE(s, fd)
 		f(pe)
-		return fzRead(s, pe, w, ch)
+		return fzRead(s, pe, w, fd)
 	}
 	// admit is goroutine a's first step: enter (the PE's own calls) or
 	// Enter, to pc 1, or refused, to pc done with the error.
@@ -232,57 +245,53 @@ func (m *fzModel) steps(s fzState) []explore.Step[fzState] {
 		add(fzFinalizer, "release: unmap", nx)
 	}
 	// The waits.
-	for _, a := range []int{fzFutex, fzPark, fzFutex2} {
+	for _, a := range []int{fzWait, fzWait2} {
 		if !m.has(a) {
 			continue
 		}
 		nx := s
-		// now is what the wait watches: the wake word or the pokes.
-		now := s.wake
-		if a == fzPark {
-			now = uint32(s.pokes)
-		}
 		switch s.pc[a] {
 		case wEnter:
 			admit(a, "enter", (*PE).enter, wDone)
 		case wLoad:
-			nx.seen[a], nx.pc[a] = now, wCond
-			add(a, fmt.Sprintf("loads the wake word (%d)", now), nx)
-		case wCond, wCondAfter:
+			nx.seen[a], nx.pc[a] = s.wake, wCond
+			add(a, fmt.Sprintf("loads the wake word (%d)", s.wake), nx)
+		case wCond:
 			nx.touch(a, "read")
 			if s.word {
 				nx.pc[a], nx.result[a] = wLeave, 1
 				add(a, "checks its condition: true", nx)
 			} else {
-				nx.pc[a] = s.pc[a] + 1
+				nx.pc[a] = wAlive
 				add(a, "checks its condition: false", nx)
 			}
-		case wAlive, wAliveAfter:
+		case wAlive:
 			var err error
 			nx = call(s, func(pe *PE) { err = pe.alive() })
-			switch {
-			case err != nil:
+			if err != nil {
 				nx.pc[a], nx.result[a] = wLeave, errResult(err)
 				add(a, "alive: "+err.Error(), nx)
-			case s.pc[a] == wAlive:
-				nx.pc[a] = wSleep
+			} else {
+				nx.pc[a] = wReset
 				add(a, "alive: nil", nx)
-			default:
-				nx.pc[a] = wLoad
-				add(a, "alive: nil, waits again", nx)
 			}
-		case wSleep:
-			if now != s.seen[a] {
-				nx.pc[a] = wCondAfter
-				add(a, "FutexWait returns at once (the word moved)", nx)
+		case wReset:
+			// Sleep: its descriptor is registered already; the read
+			// forgets the events from before it.
+			nx.evSeen[a], nx.pc[a] = s.efd, wCheck
+			add(a, fmt.Sprintf("Sleep's read resets the descriptor (%d eventfd writes so far)", s.efd), nx)
+		case wCheck:
+			if s.wake != s.seen[a] {
+				nx.pc[a] = wLoad
+				add(a, "Sleep returns at once (the wake word moved)", nx)
 			} else {
 				nx.pc[a] = wAsleep
-				add(a, "sleeps", nx)
+				add(a, "parks", nx)
 			}
 		case wAsleep:
-			if now != s.seen[a] {
-				nx.pc[a] = wCondAfter
-				add(a, "is woken", nx)
+			if s.efd != s.evSeen[a] {
+				nx.pc[a] = wLoad
+				add(a, "is woken by an eventfd write", nx)
 			}
 		case wLeave:
 			nx = call(s, func(pe *PE) { pe.leave() })
@@ -301,7 +310,7 @@ func (m *fzModel) steps(s fzState) []explore.Step[fzState] {
 			nx.word, nx.pc[fzPut] = true, 2
 			add(fzPut, "stores the word", nx)
 		case 2:
-			nx = call(s, func(pe *PE) { wake(pe.peers[0].wake); pe.poke() })
+			nx = call(s, func(pe *PE) { pe.wakeSelf() })
 			nx.pc[fzPut] = 3
 			add(fzPut, "wakes the waits", nx)
 		case 3:
@@ -392,7 +401,7 @@ func (m *fzModel) final(s fzState) error {
 
 func (m *fzModel) show(s fzState) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "gate %s with %d inside, team locked %v, wake word %d, pokes %d, word set %v, unmapped %v;", fzStateName(s.gate&stMask), s.gate&^stMask, s.locked, s.wake, s.pokes, s.word, s.unmapped)
+	fmt.Fprintf(&b, "gate %s with %d inside, team locked %v, wake word %d, eventfd writes %d, word set %v, unmapped %v;", fzStateName(s.gate&stMask), s.gate&^stMask, s.locked, s.wake, s.efd, s.word, s.unmapped)
 	for a := 0; a < fzActors; a++ {
 		if m.has(a) {
 			fmt.Fprintf(&b, " %s at %d (result %d)", fzNames[a], s.pc[a], s.result[a])
@@ -417,12 +426,13 @@ func (m *fzModel) explore() (explore.Result, error) {
 }
 
 // TestExploreFinalize: every interleaving of Finalize with each
-// goroutine alone, with the first four, with a team call beside a put
-// and a futex wait, and (GOSHMEM_EXPLORE_DEEP=1) with all six.
+// goroutine alone, with two waits beside a put and an Enter, with a team
+// call beside a put and a wait, and (GOSHMEM_EXPLORE_DEEP=1) with all
+// five.
 func TestExploreFinalize(t *testing.T) {
-	for _, only := range [][]int{{fzFutex}, {fzPark}, {fzPut}, {fzEnter}, {fzTeam}, {fzFutex, fzPark, fzPut, fzEnter}, {fzTeam, fzPut, fzFutex}, nil} {
+	for _, only := range [][]int{{fzWait}, {fzPut}, {fzEnter}, {fzTeam}, {fzWait, fzWait2, fzPut, fzEnter}, {fzTeam, fzPut, fzWait}, nil} {
 		if only == nil && !explore.Deep() {
-			continue // all six: GOSHMEM_EXPLORE_DEEP=1
+			continue // all five: GOSHMEM_EXPLORE_DEEP=1
 		}
 		m := &fzModel{begin: (*PE).begin, only: only}
 		res, err := m.explore()
@@ -438,7 +448,7 @@ func TestExploreFinalize(t *testing.T) {
 
 func names(only []int) string {
 	if only == nil {
-		return "all six"
+		return "all five"
 	}
 	var s []string
 	for _, a := range only {
@@ -470,52 +480,53 @@ func TestExploreFinalizeMutants(t *testing.T) {
 				return false
 			}
 			if pe.gate.CompareAndSwap(v, v&^stMask|stDraining) {
-				return true // and no wake, no poke
+				return true // and no wake
 			}
 		}
 	}
-	for _, a := range []int{fzFutex, fzPark} {
-		m = &fzModel{begin: silent, only: []int{a}}
-		_, err = m.explore()
-		if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), "deadlock") {
-			t.Fatalf("%s: a begin that wakes nobody passed or failed otherwise: %v", fzNames[a], err)
-		}
-		t.Logf("%s, begin without its wake:\n%v", fzNames[a], f)
+	m = &fzModel{begin: silent, only: []int{fzWait}}
+	_, err = m.explore()
+	if !errors.As(err, &f) || !strings.Contains(f.Err.Error(), "deadlock") {
+		t.Fatalf("a begin that wakes nobody passed or failed otherwise: %v", err)
 	}
+	t.Logf("begin without its wake:\n%v", f)
 }
 
-// The model's copy of the sleeping loops' order (load the wake word or
-// the poke channel, the condition, alive, sleep on what was loaded) is
-// held to the code: the statements appear in wait.go in that order, in
-// awaitFrom (await's body) and in parkUntil. A reorder that could lose a
-// wake-up (alive before the load) fails here, and the model must then
-// follow it.
+// The model's copy of the sleep's order (load the wake word, the
+// condition, alive, then Sleep: a registered descriptor, the read whose
+// reset comes before its first look at the wake word) is held to the
+// code: the statements appear in that order in wait.go's sleep and in
+// heap.Sleeper.Sleep and its callback. A reorder that could lose a
+// wake-up (alive before the load, a Waker that writes before it
+// increments the word) fails here, and the model must then follow it.
 func TestExploreFinalizeLoopOrder(t *testing.T) {
-	src, err := os.ReadFile("wait.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	code := string(src)
-	for _, loop := range []struct {
-		fn    string
-		order []string
+	for _, c := range []struct {
+		file, fn string
+		order    []string
 	}{
-		{"func (pe *PE) awaitFrom(", []string{"heap.BeginSleep", "for {", "seq := atomic.LoadUint32(me.wake)", "if cond() {", "pe.alive()", "heap.FutexWait(me.wake, seq, nap)", "if cond() {", "pe.alive()"}},
-		{"func (pe *PE) parkUntil(", []string{"heap.BeginSleep", "for {", "ch := *pe.pokeCh.Load()", "if cond() {", "pe.alive()", "case <-ch:", "if cond() {", "pe.alive()"}},
+		{"wait.go", "func (pe *PE) sleep(", []string{"heap.BeginSleep", "for {", "seq := atomic.LoadUint32(word)", "if cond() {", "pe.alive()", "pe.sleeper.Sleep(deadline, word, seq)"}},
+		{"../heap/wake_linux.go", "func (s *Sleeper) Sleep(", []string{"s.get()", "d.word, d.seq, d.first = word, seq, true", "d.rc.Read(d.fn)"}},
+		{"../heap/wake_linux.go", "func (d *sleepFD) check(", []string{"if d.first {", "atomic.LoadUint32(d.word) != d.seq", "return true"}},
+		{"../heap/wake_linux.go", "func (w *Waker) Wake(", []string{"atomic.AddUint32(w.word, 1)", "unix.RawSyscall(unix.SYS_WRITE"}},
 	} {
-		at := strings.Index(code, loop.fn)
+		src, err := os.ReadFile(c.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code := string(src)
+		at := strings.Index(code, c.fn)
 		if at < 0 {
-			t.Fatalf("wait.go has no %s", loop.fn)
+			t.Fatalf("%s has no %s", c.file, c.fn)
 		}
 		body := code[at:]
 		if end := strings.Index(body[1:], "\nfunc "); end >= 0 {
 			body = body[:end+1]
 		}
 		pos := 0
-		for _, stmt := range loop.order {
+		for _, stmt := range c.order {
 			i := strings.Index(body[pos:], stmt)
 			if i < 0 {
-				t.Fatalf("%s: %q does not follow the statements before it in the model's order %q", loop.fn, stmt, loop.order)
+				t.Fatalf("%s: %q does not follow the statements before it in the model's order %q", c.fn, stmt, c.order)
 			}
 			pos += i + len(stmt)
 		}

@@ -390,5 +390,12 @@ func (pe *PE) closeProcess(retire bool) error {
 	if rerr := end(pe.seg); rerr != nil && err == nil {
 		err = rerr
 	}
+	// The wake descriptors last. A same-host put that raced Finalize
+	// (not counted in the gate) may still be waking a peer: Close waits
+	// for it, and a later Wake writes nothing.
+	for r := range pe.peers {
+		pe.peers[r].wake.Close()
+	}
+	pe.sleeper.Close()
 	return err
 }

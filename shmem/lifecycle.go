@@ -183,10 +183,10 @@ func (pe *PE) begin() bool {
 			break
 		}
 	}
-	// Wake every sleeper of this PE: each sees the new state (waits check
-	// it between reading the wake word and sleeping, so none misses it).
-	wake(pe.peers[pe.rank].wake)
-	pe.poke()
+	// Wake every sleeper of this PE: each sees the new state (a wait
+	// checks it after its sleep began and after every wake, so a wake
+	// after the state change reaches it: wait.go, sleep).
+	pe.wakeSelf()
 	return true
 }
 
@@ -215,17 +215,16 @@ func (pe *PE) settle(from, next uint64) (bool, error) {
 			}
 		}
 		// The re-wake is a rescue only: a waiter checks the state after
-		// it read the wake word (or the poke channel), so begin's wake
-		// reaches every wait. Under GOSHMEM_TEST_NONAP it is left out,
-		// so that a wait that missed begin's wake hangs the test.
+		// its sleep began, so begin's wake reaches every wait. Under
+		// GOSHMEM_TEST_NONAP it is left out, so that a wait that missed
+		// begin's wake hangs the test.
 		//
 		// The sleep itself is the protocol: a call leaving the PE signals
 		// nobody, so settle polls the gate's count, with naps growing to
 		// a millisecond; it wakes no wait and adds only to how long
 		// Finalize takes.
 		if from == stDraining && !napsOff() {
-			wake(pe.peers[pe.rank].wake)
-			pe.poke()
+			pe.wakeSelf()
 		}
 		time.Sleep(nap)
 		nap = min(2*nap, time.Millisecond)

@@ -2,7 +2,6 @@ package shmem
 
 import (
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"sync"
@@ -69,8 +68,6 @@ type PE struct {
 	// (boot.EnvMachinePEs; 0 unknown): PEs in other network namespaces,
 	// which neither the mapped heaps nor the addresses reveal.
 	machinePEs int
-	relayOn    atomic.Bool  // relay (wait.go) runs
-	parked     atomic.Int32 // parked waits that need the relay
 
 	// Run jobs only.
 	job *runJob
@@ -80,8 +77,9 @@ type PE struct {
 
 	ctxSeq atomic.Uint64 // numbers contexts
 
-	// pokeCh is closed (and replaced) to wake waits parked in parkUntil.
-	pokeCh atomic.Pointer[chan struct{}]
+	// sleeper is this PE's wake descriptor, on which every wait sleeps
+	// (wait.go); peers[rank].wake writes to it.
+	sleeper *heap.Sleeper
 }
 
 // peer is this PE's route to one PE of the job.
@@ -92,16 +90,15 @@ type peer struct {
 	// mem is the peer's segment as mapped here: non-nil for same-host
 	// peers and for this PE itself. A put is a copy into it.
 	mem []byte
-	// wake is the peer's futex word (heap.WakeOff).
-	wake     *uint32
+	// wake writes to the peer's wake descriptor (its eventfd): this PE's
+	// own, a Run peer's own (shared), or a same-host peer's copy received
+	// with its segment. Nil for a PE on another host.
+	wake     *heap.Waker
 	seg      *heap.Segment // the mapping this PE owns, if any
 	link     remoteLink    // the TCP route to a PE on another host
 	addr     string        // the remote peer's address
 	conn     *net.UnixConn // same-host liveness link (process jobs)
 	departed atomic.Bool   // the peer said goodbye
-	// inproc is the peer's PE when it lives in this process (this PE
-	// itself, and Run's PEs), so a writer can also wake its parked waits.
-	inproc *PE
 }
 
 // MyPE is this PE's number, 0..NPEs()-1.
@@ -179,20 +176,18 @@ func (pe *PE) notify(p *peer, off, n uint64) {
 // notifyAtomic is notify after an atomic read-modify-write or store,
 // which is itself a full fence. Only a sleeper watching a range the
 // write touches is woken, so writes to a PE whose goroutines sleep on
-// other words cost no system call.
+// other words cost no system call. The wake is one write to the PE's
+// eventfd, whatever the sleeper's job shape (wait.go, sleep).
 func notifyAtomic(p *peer, off, n uint64) {
 	if heap.Watched(p.mem, off, n) {
-		wake(p.wake)
-		if q := p.inproc; q != nil && q.hasRemote {
-			q.poke()
-		}
+		p.wake.Wake()
 	}
 }
 
-func wake(w *uint32) {
-	atomic.AddUint32(w, 1)
-	heap.FutexWake(w, math.MaxInt32)
-}
+// wakeSelf wakes every sleeping wait of this PE, whatever it watches:
+// after a change of the state or of the job's health, which every wait
+// checks (alive) each time it is woken.
+func (pe *PE) wakeSelf() { pe.peers[pe.rank].wake.Wake() }
 
 // markLost records that the job is broken (a peer died, the job was
 // ended) and wakes this PE's sleepers so that every wait sees it. Once
@@ -202,9 +197,8 @@ func (pe *PE) markLost(err error) {
 	if !pe.hold() {
 		return
 	}
-	wake(pe.peers[pe.rank].wake)
+	pe.wakeSelf()
 	pe.leave()
-	pe.poke()
 }
 
 // checkRemoteGone marks the job broken when a remote peer's link is down
@@ -213,7 +207,7 @@ func (pe *PE) markLost(err error) {
 // begun its own Finalize paired its final barrier with some other
 // collective of this PE (in a correct program every PE is in Finalize
 // by then), and no collective with it can complete. The mesh calls it
-// when a peer says goodbye (OnGoodbye), and parkUntil when its nap ends;
+// when a peer says goodbye (OnGoodbye), and a wait when its nap ends;
 // it costs one atomic load per remote peer.
 func (pe *PE) checkRemoteGone() {
 	if !pe.running() || pe.lost.Load() != nil {

@@ -70,6 +70,13 @@ func Run(n int, fn func(pe *PE) error, opts ...Option) error {
 		for _, s := range segs {
 			s.Close()
 		}
+		// The wake descriptors too, now that no PE can write to another's.
+		for _, pe := range job.pes {
+			if pe != nil {
+				pe.peers[pe.rank].wake.Close()
+				pe.sleeper.Close()
+			}
+		}
 	}()
 	line := cacheLine()
 	for r := 0; r < n; r++ {
@@ -92,9 +99,10 @@ func Run(n int, fn func(pe *PE) error, opts ...Option) error {
 			if r == pe.rank {
 				continue
 			}
-			pe.peers[r] = peer{rank: r, host: hosts[r], pid: os.Getpid(), inproc: other}
+			pe.peers[r] = peer{rank: r, host: hosts[r], pid: os.Getpid()}
 			if hosts[r] == hosts[pe.rank] {
-				pe.peers[r].mem, pe.peers[r].wake = other.mem, heap.Ptr32(other.mem, heap.WakeOff)
+				// The other PE's own Waker, shared: Run closes it at its end.
+				pe.peers[r].mem, pe.peers[r].wake = other.mem, other.peers[r].wake
 			}
 		}
 	}
@@ -246,12 +254,17 @@ func newPE(rank, npes int, cfg Config, host string, seg *heap.Segment, line int)
 		return nil, err
 	}
 	pe := &PE{rank: rank, npes: npes, cfg: cfg, host: host, cacheLine: line, seg: seg, mem: seg.Bytes(), alloc: a}
-	ch := make(chan struct{})
-	pe.pokeCh.Store(&ch)
+	if pe.sleeper, err = heap.NewSleeper(); err != nil {
+		return nil, err
+	}
+	w, err := pe.sleeper.Waker(heap.Ptr32(pe.mem, heap.WakeOff))
+	if err != nil {
+		pe.sleeper.Close()
+		return nil, err
+	}
 	pe.done = make(chan struct{})
 	pe.peers = make([]peer, npes)
-	pe.peers[rank] = peer{rank: rank, host: host, pid: os.Getpid(), mem: pe.mem,
-		wake: heap.Ptr32(pe.mem, heap.WakeOff), inproc: pe}
+	pe.peers[rank] = peer{rank: rank, host: host, pid: os.Getpid(), mem: pe.mem, wake: w}
 	return pe, nil
 }
 

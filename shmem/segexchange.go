@@ -21,23 +21,26 @@ import (
 )
 
 // The same-host segment exchange: one Unix stream connection per pair of
-// same-host PEs, on which each side passes the other its memfd. The
+// same-host PEs, on which each side passes the other its memfd and its
+// wake descriptor (the eventfd its waits sleep on, heap.Sleeper). The
 // higher rank dials the lower rank's abstract socket, whose name the
 // endpoint table (first Allgather) carries. docs/shared-memory.md holds
 // the normative version of this table. Integers are big-endian.
 //
 //	hello, 16 bytes, each way (the dialer's first):
-//	  offset 0   8   magic "GSHMSEG3" (segMagic)
-//	  offset 8   1   protocol version (segVersion, 3), checked right after the magic
+//	  offset 0   8   magic "GSHMSEG4" (segMagic)
+//	  offset 8   1   protocol version (segVersion, 4), checked right after the magic
 //	  offset 9   3   zero
 //	  offset 12  4   the sender's rank
 //	the runtime's one challenge-response exchange (internal/auth,
 //	  docs/wire.md): the acceptor its initiator, label segLabel, bound
 //	  fields the job id, the dialer's hello and the acceptor's hello
-//	acceptor's segment, 1 byte segFD ('S') + one memfd (SCM_RIGHTS),
-//	  sent once the exchange has passed on the acceptor's side
-//	dialer's segment, 1 byte segFD + one memfd, sent once the exchange
-//	  has passed on the dialer's side and the acceptor's segment mapped
+//	acceptor's segment, 1 byte segFD ('S') + two descriptors in one
+//	  SCM_RIGHTS message: the memfd, then the wake eventfd; sent once
+//	  the exchange has passed on the acceptor's side
+//	dialer's segment, 1 byte segFD + the same two descriptors, sent once
+//	  the exchange has passed on the dialer's side and the acceptor's
+//	  segment mapped
 //	afterwards, the liveness link: one byte segBye ('B') at Finalize, then
 //	  the close. End of file without it means the peer died.
 //
@@ -53,15 +56,15 @@ import (
 // or a handshake the acceptor dropped) until the start-up deadline; a
 // failed key exchange with the PE it dialed fails Init at once.
 const (
-	segMagic            = "GSHMSEG3"
-	segVersion          = 3
+	segMagic            = "GSHMSEG4"
+	segVersion          = 4
 	segHelloSize        = 16
 	segFD               = 'S'
 	segBye              = 'B'
 	segHandshakeTimeout = 5 * time.Second
 	segMaxHandshakes    = 16 // connections the acceptor handles at once
 	segMaxRefusedLogs   = 3  // refused connections logged one by one; the rest are counted
-	segLabel            = "goshmem-seg3"
+	segLabel            = "goshmem-seg4"
 )
 
 // segSockName names a PE's exchange socket in the abstract namespace:
@@ -143,79 +146,87 @@ func (sc *segConn) exchange(role auth.Role, dialerHello, acceptorHello []byte) e
 	return err
 }
 
-// sendSeg sends this PE's memfd.
-func (sc *segConn) sendSeg(fd int) error {
-	return heap.SendFD(sc.c, fd, []byte{segFD})
+// segFDs are the descriptors a PE sends: its memfd, then its wake eventfd.
+type segFDs struct{ mem, wake int }
+
+// sendSeg sends this PE's memfd and wake eventfd, in one message.
+func (sc *segConn) sendSeg(fds segFDs) error {
+	return heap.SendFDs(sc.c, []byte{segFD}, fds.mem, fds.wake)
 }
 
-// recvSeg receives the peer's memfd, checks the message, then maps it
-// and checks the header.
-func (sc *segConn) recvSeg(size uint64) (*heap.Segment, error) {
+// recvSeg receives the peer's memfd and wake eventfd, checks the
+// message, then maps the memfd and checks the header. The Waker owns
+// the received eventfd.
+func (sc *segConn) recvSeg(size uint64) (*heap.Segment, *heap.Waker, error) {
 	var buf [1]byte
-	fd, n, err := heap.RecvFD(sc.c, buf[:])
+	fds, n, err := heap.RecvFDs(sc.c, buf[:], 2)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if n != 1 || buf[0] != segFD {
-		heap.CloseFD(fd)
-		return nil, fmt.Errorf("shmem: segment message from PE %d of %d bytes (% x), want %q: %w", sc.peer, n, buf[:n], segFD, ErrProtocol)
+		heap.CloseFD(fds[0])
+		heap.CloseFD(fds[1])
+		return nil, nil, fmt.Errorf("shmem: segment message from PE %d of %d bytes (% x), want %q: %w", sc.peer, n, buf[:n], segFD, ErrProtocol)
 	}
-	seg, err := heap.Map(fd, size)
+	seg, err := heap.Map(fds[0], size)
 	if err != nil {
-		return nil, err
+		heap.CloseFD(fds[1])
+		return nil, nil, err
 	}
 	if !seg.CheckHeader(sc.peer) {
 		seg.Close()
-		return nil, fmt.Errorf("shmem: segment from PE %d has a bad header: %w", sc.peer, ErrProtocol)
+		heap.CloseFD(fds[1])
+		return nil, nil, fmt.Errorf("shmem: segment from PE %d has a bad header: %w", sc.peer, ErrProtocol)
 	}
-	return seg, nil
+	return seg, heap.NewWaker(fds[1], heap.Ptr32(seg.Bytes(), heap.WakeOff)), nil
 }
 
 // dial is the higher rank's side with PE sc.peer.
-func (sc *segConn) dial(fd int, size uint64) (*heap.Segment, error) {
+func (sc *segConn) dial(fds segFDs, size uint64) (*heap.Segment, *heap.Waker, error) {
 	if err := sc.sendHello(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	h, err := sc.readHello()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if int64(h.rank) != int64(sc.peer) {
-		return nil, fmt.Errorf("hello from rank %d on PE %d's socket: %w", h.rank, sc.peer, ErrProtocol)
+		return nil, nil, fmt.Errorf("hello from rank %d on PE %d's socket: %w", h.rank, sc.peer, ErrProtocol)
 	}
 	if err := sc.exchange(auth.Responder, sc.mine, sc.theirs); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	seg, err := sc.recvSeg(size)
+	seg, wake, err := sc.recvSeg(size)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := sc.sendSeg(fd); err != nil {
+	if err := sc.sendSeg(fds); err != nil {
 		seg.Close()
-		return nil, err
+		wake.Close()
+		return nil, nil, err
 	}
-	return seg, nil
+	return seg, wake, nil
 }
 
 // accept is the lower rank's side: want says which ranks may connect.
-func (sc *segConn) accept(fd int, want func(int) bool, size func(int) uint64) (*heap.Segment, error) {
+func (sc *segConn) accept(fds segFDs, want func(int) bool, size func(int) uint64) (*heap.Segment, *heap.Waker, error) {
 	h, err := sc.readHello()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r := int(h.rank)
 	if r < 0 || !want(r) {
-		return nil, fmt.Errorf("hello from rank %d, which is not a same-host peer still expected: %w", h.rank, ErrProtocol)
+		return nil, nil, fmt.Errorf("hello from rank %d, which is not a same-host peer still expected: %w", h.rank, ErrProtocol)
 	}
 	sc.peer = r
 	if err := sc.sendHello(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := sc.exchange(auth.Initiator, sc.theirs, sc.mine); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := sc.sendSeg(fd); err != nil {
-		return nil, err
+	if err := sc.sendSeg(fds); err != nil {
+		return nil, nil, err
 	}
 	return sc.recvSeg(size(r))
 }
@@ -238,23 +249,22 @@ func (pe *PE) exchangeSegments(ctx context.Context, env boot.Env, eps []endpoint
 	var wg sync.WaitGroup
 	errc := make(chan error, len(lower)+1)
 	var mu sync.Mutex // guards pe.peers[*].{mem,seg,conn,wake} while the exchanges run
-	setPeer := func(r int, c *net.UnixConn, seg *heap.Segment) {
+	setPeer := func(r int, c *net.UnixConn, seg *heap.Segment, wake *heap.Waker) {
 		mu.Lock()
 		defer mu.Unlock()
 		p := &pe.peers[r]
-		p.conn, p.seg, p.mem = c, seg, seg.Bytes()
-		p.wake = heap.Ptr32(p.mem, heap.WakeOff)
+		p.conn, p.seg, p.mem, p.wake = c, seg, seg.Bytes(), wake
 	}
 	for _, r := range lower {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, seg, err := pe.dialSeg(ctx, env, r, eps[r], deadline)
+			c, seg, wake, err := pe.dialSeg(ctx, env, r, eps[r], deadline)
 			if err != nil {
 				errc <- err
 				return
 			}
-			setPeer(r, c, seg)
+			setPeer(r, c, seg, wake)
 		}()
 	}
 	if len(higher) > 0 {
@@ -276,7 +286,7 @@ func (pe *PE) exchangeSegments(ctx context.Context, env boot.Env, eps []endpoint
 
 // dialSeg connects to lower-ranked PE r and runs the dialer's side,
 // retrying until the deadline unless PE r fails the key check.
-func (pe *PE) dialSeg(ctx context.Context, env boot.Env, r int, ep endpoint, deadline time.Time) (*net.UnixConn, *heap.Segment, error) {
+func (pe *PE) dialSeg(ctx context.Context, env boot.Env, r int, ep endpoint, deadline time.Time) (*net.UnixConn, *heap.Segment, *heap.Waker, error) {
 	var last error
 	for ctx.Err() == nil {
 		d := net.Dialer{Deadline: deadline}
@@ -289,25 +299,28 @@ func (pe *PE) dialSeg(ctx context.Context, env boot.Env, r int, ep endpoint, dea
 		uc := c.(*net.UnixConn)
 		uc.SetDeadline(deadline)
 		sc := &segConn{c: uc, env: env, me: pe.rank, peer: r}
-		seg, err := sc.dial(pe.seg.FD(), ep.SegSize)
+		seg, wake, err := sc.dial(pe.segFDs(), ep.SegSize)
 		if err == nil {
 			uc.SetDeadline(time.Time{})
-			return uc, seg, nil
+			return uc, seg, wake, nil
 		}
 		uc.Close()
 		if errors.Is(err, ErrAuth) || errors.Is(err, ErrProtocol) {
-			return nil, nil, fmt.Errorf("shmem: PE %d exchanging segments with same-host PE %d: %w", pe.rank, r, err)
+			return nil, nil, nil, fmt.Errorf("shmem: PE %d exchanging segments with same-host PE %d: %w", pe.rank, r, err)
 		}
 		last = err // dropped by the acceptor (its handshake deadline): again
 	}
-	return nil, nil, fmt.Errorf("shmem: PE %d dialing same-host PE %d: %v: %w", pe.rank, r, last, ErrTimeout)
+	return nil, nil, nil, fmt.Errorf("shmem: PE %d dialing same-host PE %d: %v: %w", pe.rank, r, last, ErrTimeout)
 }
+
+// segFDs are the descriptors this PE passes to its same-host peers.
+func (pe *PE) segFDs() segFDs { return segFDs{mem: pe.seg.FD(), wake: pe.sleeper.FD()} }
 
 // acceptSegs accepts the higher-ranked same-host PEs in ranks. Each
 // connection gets its own goroutine and a segHandshakeTimeout deadline;
 // refused ones are logged (the first few) and dropped.
 func (pe *PE) acceptSegs(ctx context.Context, env boot.Env, eps []endpoint, ranks []int,
-	setPeer func(int, *net.UnixConn, *heap.Segment)) error {
+	setPeer func(int, *net.UnixConn, *heap.Segment, *heap.Waker)) error {
 	deadline, _ := ctx.Deadline()
 	var mu sync.Mutex // guards want, refused, active
 	want := make(map[int]bool, len(ranks))
@@ -339,7 +352,7 @@ func (pe *PE) acceptSegs(ctx context.Context, env boot.Env, eps []endpoint, rank
 		c.SetDeadline(hd)
 		mu.Unlock()
 		sc := &segConn{c: c, env: env, me: pe.rank, peer: -1}
-		seg, err := sc.accept(pe.seg.FD(), func(r int) bool {
+		seg, wake, err := sc.accept(pe.segFDs(), func(r int) bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return r < len(eps) && want[r]
@@ -357,6 +370,7 @@ func (pe *PE) acceptSegs(ctx context.Context, env boot.Env, eps []endpoint, rank
 			mu.Unlock()
 			if seg != nil {
 				seg.Close()
+				wake.Close()
 			}
 			c.Close()
 			return
@@ -365,7 +379,7 @@ func (pe *PE) acceptSegs(ctx context.Context, env boot.Env, eps []endpoint, rank
 		left := len(want)
 		mu.Unlock()
 		c.SetDeadline(time.Time{})
-		setPeer(sc.peer, c, seg)
+		setPeer(sc.peer, c, seg, wake)
 		if left == 0 {
 			finish()
 		}

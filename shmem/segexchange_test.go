@@ -22,12 +22,12 @@ import (
 )
 
 func TestSegExchangeConstants(t *testing.T) {
-	if segMagic != "GSHMSEG3" || segVersion != 3 || segHelloSize != 16 || segFD != 0x53 || segBye != 0x42 || segLabel != "goshmem-seg3" {
+	if segMagic != "GSHMSEG4" || segVersion != 4 || segHelloSize != 16 || segFD != 0x53 || segBye != 0x42 || segLabel != "goshmem-seg4" {
 		t.Fatalf("segment exchange constants changed: %q %d %d %#x %#x %q", segMagic, segVersion, segHelloSize, segFD, segBye, segLabel)
 	}
 	h := segHello{version: segVersion, rank: 0x01020304}
 	b := appendSegHello(nil, h)
-	want := []byte("GSHMSEG3\x03\x00\x00\x00\x01\x02\x03\x04")
+	want := []byte("GSHMSEG4\x04\x00\x00\x00\x01\x02\x03\x04")
 	if !bytes.Equal(b, want) {
 		t.Fatalf("hello bytes\n got %x\nwant %x", b, want)
 	}
@@ -139,8 +139,9 @@ func TestSegExchangeStrangers(t *testing.T) {
 	}
 	resp := append([]byte{0x01, 0xA2, 0, 0}, make([]byte, 64)...)
 	liar.Write(resp)
-	if fd, _, err := heap.RecvFD(liar, make([]byte, 64)); err == nil {
-		heap.CloseFD(fd)
+	if fds, _, err := heap.RecvFDs(liar, make([]byte, 64), 2); err == nil {
+		heap.CloseFD(fds[0])
+		heap.CloseFD(fds[1])
 		t.Fatal("a stranger with a wrong proof received PE 0's segment descriptor")
 	}
 	go func() { errc <- d.exchangeSegments(ctx, env, eps) }()

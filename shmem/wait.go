@@ -14,9 +14,9 @@ import (
 // first a tight spin (the answer is usually a few hundred nanoseconds
 // away when the other PE has a core), then
 // yields (to other goroutines, then to other processes, for when PEs
-// outnumber cores), then sleeps on the PE's futex word in growing slices.
-// Writers wake sleepers they can see; the slices bound what a missed wake
-// could cost and let the wait notice a lost peer or its timeout.
+// outnumber cores), then sleeps (sleep) in growing slices. Writers wake
+// sleepers they can see; the slices bound what a missed wake could cost
+// and let the wait notice a lost peer or its timeout.
 //
 // When this host's PEs outnumber its CPUs, the PE that would end the wait
 // is likely not running: spinning only burns its time, so the spin is cut
@@ -28,7 +28,8 @@ import (
 // condition, which only a reader of the sockets could make true for a
 // remote write. A 4 µs spin before the first read of the socket was most
 // of the gap between a 2-PE barrier over TCP (one flag each way, about
-// half a round trip) and a full round trip.
+// half a round trip) and a full round trip. Then it sleeps as every wait
+// does.
 const (
 	spinFor     = 4 * time.Microsecond
 	goschedFor  = 20 * time.Microsecond
@@ -37,6 +38,10 @@ const (
 	longestNap  = 20 * time.Millisecond
 	spinBetween = 64               // condition checks between clock reads
 	pollFor     = time.Millisecond // a PE with TCP links: polling its sockets, per wait
+	// A PE with TCP links naps shorter: a nap's end is also when it
+	// checks its links (checkRemoteGone).
+	firstParkedNap = 20 * time.Microsecond
+	longestParked  = time.Millisecond
 )
 
 // await returns nil once cond is true. cond must only read the n bytes
@@ -92,41 +97,7 @@ func (pe *PE) awaitFrom(from int, off, n uint64, cond func() bool, what func() s
 			}
 		}
 	}
-	me := &pe.peers[pe.rank]
-	// Say what we watch, so that only writers to it wake us.
-	tok := heap.BeginSleep(pe.mem, off, n)
-	defer heap.EndSleep(pe.mem, tok)
-	nap, grow := firstSleep, !napsOff()
-	if !grow {
-		nap = pe.cfg.Timeout // the test hook: only a wake ends the sleep
-	}
-	for {
-		seq := atomic.LoadUint32(me.wake)
-		if cond() {
-			return nil
-		}
-		// Finalize and markLost change the state, then bump the wake
-		// word: checked after reading the word, neither can be missed.
-		if err := pe.alive(); err != nil {
-			return fmt.Errorf("shmem: PE %d waiting for %s: %w", pe.rank, what(), err)
-		}
-		heap.FutexWait(me.wake, seq, nap)
-		if !grow && time.Since(start) >= pe.cfg.Timeout {
-			return fmt.Errorf("shmem: PE %d waiting for %s: no wake-up within %v (GOSHMEM_TEST_NONAP): %w", pe.rank, what(), pe.cfg.Timeout, ErrTimeout)
-		}
-		if cond() {
-			return nil
-		}
-		if err := pe.alive(); err != nil {
-			return fmt.Errorf("shmem: PE %d waiting for %s: %w", pe.rank, what(), err)
-		}
-		if time.Since(start) > pe.cfg.Timeout {
-			return fmt.Errorf("shmem: PE %d waited %v for %s: %w", pe.rank, pe.cfg.Timeout, what(), ErrTimeout)
-		}
-		if grow {
-			nap = min(2*nap, longestNap)
-		}
-	}
+	return pe.sleep(start, off, n, firstSleep, longestNap, cond, what)
 }
 
 // napsOff reports whether the test hook that turns the naps of waits off
@@ -135,24 +106,15 @@ func (pe *PE) awaitFrom(from int, off, n uint64, cond func() bool, what func() s
 // only the timeout ended fails with ErrTimeout even if the condition
 // holds by then: a lost wake-up fails the test instead of showing only
 // as latency. The same hook takes the other rescues off the wake paths:
-// the relay's bound (relayNap), settle's re-wakes, netmesh's linger
-// timer.
+// settle's re-wakes, netmesh's linger timer.
 func napsOff() bool { return testhook.NoNap() }
 
-// parkUntil is await for a PE with TCP links. Remote
-// writes are applied by the link's reader goroutine in this process,
-// which needs a scheduler slot to run: a wait that yields the OS thread
-// or blocks in a raw futex call can hold the slot and stall the very
-// reader it waits for (with one CPU per PE, for up to the Go runtime's
-// 10 ms retake period). So this wait parks the goroutine instead, on a
-// channel that whoever applies a watched write closes (poke): the
-// link's reader, a caller or poller of this process (through Notify), a
-// same-host writer of this process, Finalize and markLost. Same-host
-// writers in other processes wake only futex sleepers; for them the PE
-// runs a relay (relay) that turns their wakes into pokes. The timer's
-// nap (20 µs growing to 1 ms) is a fallback only; GOSHMEM_TEST_NONAP=1
-// turns it into one timer for the whole timeout, so a test hangs on a
-// lost wake-up.
+// parkUntil is await for a PE with TCP links. Remote writes are applied
+// by the link's reader goroutine in this process, which needs a
+// scheduler slot to run: a wait that yields the OS thread can hold the
+// slot and stall the very reader it waits for (with one CPU per PE, for
+// up to the Go runtime's 10 ms retake period). So this wait polls, then
+// sleeps at once; the sleep parks the goroutine (sleep).
 func (pe *PE) parkUntil(start time.Time, from int, off, n uint64, cond func() bool, what func() string) error {
 	// First the wait polls the links' sockets itself, while netmesh's spin
 	// policy says that pays (not when this machine's PEs outnumber its
@@ -168,45 +130,53 @@ func (pe *PE) parkUntil(start time.Time, from int, off, n uint64, cond func() bo
 	// From here until the wait ends no read token of the mesh lingers
 	// (Mesh.Park): every frame that arrives is read at once, by a caller
 	// or poller of this process or by its stream's reader goroutine, and
-	// whoever applies a write this wait watches pokes it. Without Park a
-	// token left lingering by another goroutine's Get or atomic keeps its
-	// socket quiet, and the write that ends this wait would be read only
-	// when netmesh's linger timer frees it (50 µs, up to a millisecond
-	// while the process sleeps).
+	// whoever applies a write this wait watches wakes it (Config.Notify).
+	// Without Park a token left lingering by another goroutine's Get or
+	// atomic keeps its socket quiet, and the write that ends this wait
+	// would be read only when netmesh's linger timer frees it (50 µs, up
+	// to a millisecond while the process sleeps).
 	pe.mesh.Park()
 	defer pe.mesh.Unpark()
+	return pe.sleep(start, off, n, firstParkedNap, longestParked, cond, what)
+}
+
+// sleep is the one sleep of every wait, in every job shape: it announces
+// what the wait watches (heap.BeginSleep), then parks the goroutine on
+// the PE's wake descriptor (heap.Sleeper, an eventfd in Go's netpoller)
+// until cond holds, the PE stops being alive, or the PE's timeout
+// passes, in naps from nap doubling up to longest. Whoever changes what
+// a wait looks at wakes the PE (heap.Waker: the wake word, then the
+// eventfd): a writer to a watched range after its store and fence
+// (notify: a caller of this process or of a same-host process, or a
+// link's reader applying a remote write), and Finalize (begin) and
+// markLost after they change the state.
+//
+// No wake is lost. The announcement is a fenced read-modify-write of
+// the sleep word before the condition's check; a writer stores, fences,
+// then reads the sleep word (heap.Watched): of the two, one sees the
+// other (Dekker). So if the check missed the store, the writer saw the
+// announcement, and its wake increments the wake word after the wait
+// read it (seq, before the check): heap.Sleeper.Sleep returns at once
+// if the word moved, and otherwise the wake's eventfd write comes after
+// the sleep began and ends the park. A state change is the same: begin
+// and markLost store, then wake unconditionally, and alive is checked
+// after seq is read.
+//
+// GOSHMEM_TEST_NONAP=1 turns the naps into one deadline for the whole
+// timeout, and a sleep that only the deadline ended fails with
+// ErrTimeout: a lost wake-up fails the test.
+func (pe *PE) sleep(start time.Time, off, n uint64, nap, longest time.Duration, cond func() bool, what func() string) error {
+	// Say what we watch, so that only writers to it wake us.
 	tok := heap.BeginSleep(pe.mem, off, n)
 	defer heap.EndSleep(pe.mem, tok)
-	if pe.otherProcesses() {
-		pe.parked.Add(1)
-		defer pe.unpark()
-		if pe.relayOn.CompareAndSwap(false, true) {
-			go pe.relay()
-		}
-	}
-	nap, grow := 20*time.Microsecond, !napsOff()
+	word := heap.Ptr32(pe.mem, heap.WakeOff)
+	grow := !napsOff()
 	if !grow {
-		nap = pe.cfg.Timeout
+		nap = pe.cfg.Timeout // the test hook: only a wake ends the sleep
 	}
-	t := time.NewTimer(nap)
-	defer t.Stop()
+	deadline := time.Now().Add(nap)
 	for {
-		ch := *pe.pokeCh.Load()
-		if cond() {
-			return nil
-		}
-		if err := pe.alive(); err != nil { // see await
-			return fmt.Errorf("shmem: PE %d waiting for %s: %w", pe.rank, what(), err)
-		}
-		t.Reset(nap)
-		select {
-		case <-ch:
-		case <-t.C:
-			if !grow {
-				return fmt.Errorf("shmem: PE %d waiting for %s: no wake-up within %v (GOSHMEM_TEST_NONAP): %w", pe.rank, what(), pe.cfg.Timeout, ErrTimeout)
-			}
-			pe.checkRemoteGone()
-		}
+		seq := atomic.LoadUint32(word)
 		if cond() {
 			return nil
 		}
@@ -216,104 +186,21 @@ func (pe *PE) parkUntil(start time.Time, from int, off, n uint64, cond func() bo
 		if time.Since(start) > pe.cfg.Timeout {
 			return fmt.Errorf("shmem: PE %d waited %v for %s: %w", pe.rank, pe.cfg.Timeout, what(), ErrTimeout)
 		}
-		if grow {
-			nap = min(2*nap, time.Millisecond)
+		woke, err := pe.sleeper.Sleep(deadline, word, seq)
+		switch {
+		case err != nil:
+			return fmt.Errorf("shmem: PE %d waiting for %s: %w", pe.rank, what(), err)
+		case woke:
+			continue // look again, within the same nap
+		case !grow:
+			return fmt.Errorf("shmem: PE %d waiting for %s: no wake-up within %v (GOSHMEM_TEST_NONAP): %w", pe.rank, what(), pe.cfg.Timeout, ErrTimeout)
 		}
-	}
-}
-
-// otherProcesses reports whether some peer's heap is mapped here but the
-// peer is not a goroutine of this process: its writes wake this PE only
-// through the futex word.
-func (pe *PE) otherProcesses() bool {
-	for r := range pe.peers {
-		if p := &pe.peers[r]; r != pe.rank && p.mem != nil && p.inproc == nil {
-			return true
+		if pe.hasRemote {
+			pe.checkRemoteGone()
 		}
+		nap = min(2*nap, longest)
+		deadline = time.Now().Add(nap)
 	}
-	return false
-}
-
-// relay carries the futex wakes of same-host writers in other processes
-// to this PE's parked waits (parkUntil), which sleep on the wake channel
-// and cannot hear FUTEX_WAKE. It sleeps in FUTEX_WAIT on the PE's wake
-// word and pokes the channel whenever the word moved from the value it
-// last saw. No wake is lost: a writer stores its data, then bumps the
-// word, then wakes; the relay compares with what it saw before, so a
-// bump that lands between its poke and its next FUTEX_WAIT makes that
-// wait return at once, and a waiter loads the channel before it checks
-// its condition, so a poke after the check closes the channel it waits
-// on.
-//
-// It runs while the PE runs or a wait is parked (Finalize's own barrier
-// parks while the PE is leaving), and ends when neither holds, so that
-// Finalize's settling finds no call inside: a parked wait counts itself
-// in pe.parked before it checks pe.relayOn, and the relay clears
-// relayOn before it looks at pe.parked again, so either the wait starts
-// a relay or the relay sees the wait. The last parked wait of a PE that
-// no longer runs wakes the relay on its way out (unpark).
-func (pe *PE) relay() {
-	me := &pe.peers[pe.rank]
-	if !pe.hold() {
-		pe.relayOn.Store(false)
-		return
-	}
-	last := atomic.LoadUint32(me.wake)
-	pe.leave()
-	nap := relayNap
-	if napsOff() {
-		nap = pe.cfg.Timeout // the test hook: only a wake ends the relay's sleep
-	}
-	// A writer may have bumped the word after the wait that started this
-	// relay checked its condition but before the load above: that bump is
-	// in last already and would never be relayed. So poke once now; a wait
-	// whose condition does not hold yet just looks again.
-	pe.poke()
-	for {
-		if !pe.hold() {
-			pe.relayOn.Store(false)
-			return
-		}
-		if !pe.running() && pe.parked.Load() == 0 {
-			pe.leave()
-			pe.relayOn.Store(false)
-			if pe.parked.Load() == 0 || !pe.relayOn.CompareAndSwap(false, true) {
-				return
-			}
-			continue // a wait parked meanwhile and found the relay still on
-		}
-		heap.FutexWait(me.wake, last, nap)
-		cur := atomic.LoadUint32(me.wake)
-		pe.leave()
-		if cur != last {
-			last = cur
-			pe.poke()
-		}
-	}
-}
-
-// relayNap bounds one FUTEX_WAIT of the relay, so that it looks at the
-// PE's state now and then even without a wake. It is a rescue only: every
-// change the relay must see comes with a wake of the word (a writer's
-// bump, Finalize's begin, markLost, the last unpark), so under
-// GOSHMEM_TEST_NONAP the relay sleeps for the PE's whole timeout and a
-// lost wake leaves the parked wait to fail with ErrTimeout.
-const relayNap = 100 * time.Millisecond
-
-// unpark ends a parked wait's count; the last one of a PE that no longer
-// runs wakes the relay, so that it ends at once rather than after its nap.
-func (pe *PE) unpark() {
-	if pe.parked.Add(-1) == 0 && !pe.running() && pe.hold() {
-		wake(pe.peers[pe.rank].wake)
-		pe.leave()
-	}
-}
-
-// poke wakes this PE's parked waits (parkUntil): it closes the channel
-// they wait on and installs a fresh one.
-func (pe *PE) poke() {
-	ch := make(chan struct{})
-	close(*pe.pokeCh.Swap(&ch))
 }
 
 // Cmp is a comparison for the wait and test calls.

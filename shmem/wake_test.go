@@ -50,9 +50,9 @@ func TestWakeWithoutNaps(t *testing.T) {
 		n     int
 		hosts []string
 	}{
-		{"same-host-processes", 2, nil},        // futex wakes between processes
-		{"tcp", 2, pretendHosts("remote", 2)},  // a remote write's Notify pokes the parked wait
-		{"mixed", 4, pretendHosts("mixed", 4)}, // same-host writers in other processes reach a parked wait through the relay
+		{"same-host-processes", 2, nil},        // a writer in another process writes the sleeper's eventfd
+		{"tcp", 2, pretendHosts("remote", 2)},  // the link's reader writes it (Notify) after applying a remote write
+		{"mixed", 4, pretendHosts("mixed", 4)}, // a same-host writer in another process wakes a PE that has TCP links
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := scenarios.Processes(c.n, "wake-pingpong", c.hosts,
@@ -61,6 +61,75 @@ func TestWakeWithoutNaps(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// Two goroutines of PE 0 asleep at once, each on its own word, in a job
+// where PE 0 has TCP links (PE 2 is on another pretend host) and the
+// writer, PE 1, is a same-host PE in another process. PE 0's main
+// goroutine starts both waits, then tells PE 1 (a P of the round
+// number); PE 1 sets B's word, waits for B's answer, then sets A's. So A
+// sleeps through a wake meant for B (every wake reaches every sleeper of
+// the PE) and must still hear its own; a sleeper that consumed another's
+// wake, or a wake the writer did not send, leaves a wait asleep until
+// GOSHMEM_TIMEOUT under GOSHMEM_TEST_NONAP=1.
+var _ = register("wake-two-sleepers", func(pe *shmem.PE) error {
+	const rounds = 300
+	flags, err := shmem.Malloc[int64](pe, 2) // A's word, B's word: on PE 0
+	if err != nil {
+		return err
+	}
+	// On PE 1: the round PE 0's waits have started (0), B's answer (1).
+	ctl, err := shmem.Malloc[int64](pe, 2)
+	if err != nil {
+		return err
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	for i := int64(1); i <= rounds; i++ {
+		switch pe.MyPE() {
+		case 0:
+			errs := make(chan error, 2)
+			go func() { errs <- shmem.WaitUntil(flags, 0, shmem.CmpGE, i) }()
+			go func() {
+				if err := shmem.WaitUntil(flags, 1, shmem.CmpGE, i); err != nil {
+					errs <- err
+					return
+				}
+				errs <- shmem.P(ctl, 1, i, 1)
+			}()
+			if err := shmem.P(ctl, 0, i, 1); err != nil {
+				return err
+			}
+			for range 2 {
+				if err := <-errs; err != nil {
+					return fmt.Errorf("round %d: %w", i, err)
+				}
+			}
+		case 1:
+			if err := shmem.WaitUntil(ctl, 0, shmem.CmpGE, i); err != nil {
+				return fmt.Errorf("round %d: %w", i, err)
+			}
+			if err := shmem.P(flags, 1, i, 0); err != nil {
+				return err
+			}
+			if err := shmem.WaitUntil(ctl, 1, shmem.CmpGE, i); err != nil {
+				return fmt.Errorf("round %d, B's answer: %w", i, err)
+			}
+			if err := shmem.P(flags, 0, i, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return pe.BarrierAll()
+})
+
+func TestWakeTwoSleepersMixed(t *testing.T) {
+	err := scenarios.Processes(3, "wake-two-sleepers", []string{"a", "a", "b"},
+		"GOSHMEM_TEST_NONAP=1", "GOSHMEM_BUSYPOLL=0", "GOSHMEM_TIMEOUT=20s", "GOSHMEM_HEARTBEAT=1h")
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

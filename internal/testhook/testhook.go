@@ -32,9 +32,8 @@ var Apply atomic.Pointer[func(rank, from, slot, stream int)]
 var Step atomic.Pointer[func(rank, step int)]
 
 // NoNap reports whether GOSHMEM_TEST_NONAP=1 is set: every timer that
-// could rescue a lost wake-up is off (shmem's wait naps, the relay's
-// FUTEX_WAIT bound and settle's re-wakes; netmesh's linger timer while a
-// wait is parked), so a lost wake hangs a test (until the PE's timeout,
+// could rescue a lost wake-up is off (shmem's wait naps and settle's
+// re-wakes; netmesh's linger timer while a wait is parked), so a lost wake hangs a test (until the PE's timeout,
 // then ErrTimeout) instead of showing only as latency. Read once per
 // mesh and per sleeping wait: one getenv.
 func NoNap() bool { return os.Getenv("GOSHMEM_TEST_NONAP") == "1" }
