@@ -165,6 +165,9 @@ func (s *Sleeper) get() (*sleepFD, error) {
 }
 
 func (s *Sleeper) put(d *sleepFD) {
+	// No deadline while in the pool: its timer would wake the process
+	// for nobody.
+	d.f.SetReadDeadline(time.Time{})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
