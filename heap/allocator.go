@@ -82,12 +82,38 @@ func (a *Allocator) Size() uint64 { return a.end - a.base }
 // Base returns the first managed offset (after rounding in NewAllocator).
 func (a *Allocator) Base() uint64 { return a.base }
 
+// End returns the offset just past the managed range (after rounding in
+// NewAllocator).
+func (a *Allocator) End() uint64 { return a.end }
+
+// Top returns the offset just past the highest live block (Base when
+// none is live): every block lies in [Base, Top).
+func (a *Allocator) Top() uint64 {
+	if len(a.free) == 0 {
+		return a.end
+	}
+	if last := a.free[len(a.free)-1]; last.end == a.end {
+		return last.start
+	}
+	return a.end
+}
+
 // Alloc reserves size bytes aligned to max(align, minAlign) and returns the
 // block's start offset. align 0 means minAlign; otherwise align must be a
 // power of two. size must be > 0 and is rounded up to a multiple of minAlign.
 // When no free span can hold the block the error wraps errs.HeapExhausted
 // and the allocator is unchanged.
 func (a *Allocator) Alloc(size, align uint64) (uint64, error) {
+	return a.AllocBelow(size, align, a.end)
+}
+
+// AllocBelow is Alloc with the block kept below limit: it only uses
+// free space under limit (the block ends at or below it), and fails
+// with errs.HeapExhausted, changing nothing, when none of that fits.
+// Span choice is as in Alloc, among the spans where the block fits
+// below limit, so the same calls with the same limits give the same
+// offsets on every PE.
+func (a *Allocator) AllocBelow(size, align, limit uint64) (uint64, error) {
 	if size == 0 {
 		return 0, fmt.Errorf("heap: alloc of 0 bytes: %w", errs.Invalid)
 	}
@@ -111,7 +137,8 @@ func (a *Allocator) Alloc(size, align uint64) (uint64, error) {
 	var bestAt, bestLeft uint64
 	for i, s := range a.free {
 		at, ok := alignUp(s.start, eff)
-		if !ok || at > s.end || s.end-at < need {
+		end := min(s.end, limit)
+		if !ok || at > end || end-at < need {
 			continue
 		}
 		left := (s.end - s.start) - need
@@ -123,7 +150,7 @@ func (a *Allocator) Alloc(size, align uint64) (uint64, error) {
 		}
 	}
 	if best < 0 {
-		return 0, a.exhausted(size, eff)
+		return 0, a.exhaustedBelow(size, eff, limit)
 	}
 
 	// Carve [bestAt, bestAt+need) out of the span; the padding in front
@@ -142,6 +169,17 @@ func (a *Allocator) Alloc(size, align uint64) (uint64, error) {
 	a.used += need
 	a.freeBytes -= need
 	return bestAt, nil
+}
+
+// exhaustedBelow is exhausted for a request that had to stay below
+// limit.
+func (a *Allocator) exhaustedBelow(size, align, limit uint64) error {
+	if limit >= a.end {
+		return a.exhausted(size, align)
+	}
+	_, free, largest := a.Stats()
+	return fmt.Errorf("heap: cannot allocate %d bytes (align %d) below offset %d: %d bytes free, largest free block %d bytes, heap size %d bytes: %w",
+		size, align, limit, free, largest, a.Size(), errs.HeapExhausted)
 }
 
 // exhausted builds the HeapExhausted error for a request of size bytes at
@@ -174,6 +212,13 @@ func (a *Allocator) Free(off uint64) error {
 // changes nothing. newSize 0 is an errs.Invalid error; an off that is not
 // the start of a live block is an errs.OutOfBounds error.
 func (a *Allocator) Grow(off, newSize uint64) (bool, error) {
+	return a.GrowBelow(off, newSize, a.end)
+}
+
+// GrowBelow is Grow with the grown block kept below limit: growing
+// past limit returns false, nil and changes nothing (shrinking always
+// succeeds).
+func (a *Allocator) GrowBelow(off, newSize, limit uint64) (bool, error) {
 	cur, ok := a.live[off]
 	if !ok {
 		return false, a.noBlock("grow", off)
@@ -183,6 +228,9 @@ func (a *Allocator) Grow(off, newSize uint64) (bool, error) {
 	}
 	if newSize > a.end-off {
 		return false, nil // would run past the end of the heap
+	}
+	if want := roundUp(newSize, a.minAlign); want > cur && (limit < off || want > limit-off) {
+		return false, nil // would grow past limit
 	}
 	// No overflow: newSize <= end-off, a multiple of minAlign, so the
 	// rounded size also stays <= end-off.

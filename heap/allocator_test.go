@@ -911,3 +911,62 @@ func BenchmarkAllocFree(b *testing.B) {
 		})
 	}
 }
+
+// TestBelow: AllocBelow and GrowBelow keep blocks under the limit (the
+// team blocks' floor in shmem), choosing among the spans that fit below
+// it as Alloc chooses, and a refused call changes nothing; Top is the
+// end of the highest live block.
+func TestBelow(t *testing.T) {
+	a := newAlloc(t, 0, 1024, 8)
+	if a.Top() != 0 || a.End() != 1024 {
+		t.Fatalf("empty: Top %d End %d, want 0 and 1024", a.Top(), a.End())
+	}
+	mustAlloc(t, a, 256, 0, 0)
+	mustAlloc(t, a, 128, 0, 256)
+	mustAlloc(t, a, 128, 0, 384)
+	mustFree(t, a, 256) // free: [256, 384) and [512, 1024)
+	if a.Top() != 512 {
+		t.Fatalf("Top = %d, want 512", a.Top())
+	}
+	before := snap(a)
+	// 200 bytes fit only in [512, 1024): below 700 they do not.
+	if _, err := a.AllocBelow(200, 0, 700); !errors.Is(err, errs.HeapExhausted) || !strings.Contains(err.Error(), "below offset 700") {
+		t.Fatalf("AllocBelow(200, limit 700) err = %v, want HeapExhausted naming the limit", err)
+	}
+	if !before.equal(snap(a)) {
+		t.Fatalf("failed AllocBelow changed state")
+	}
+	// Best fit would take the hole at 256 for 120 bytes either way; with
+	// the limit at 300 the hole holds only 40 bytes below it, so 120
+	// bytes fail and 40 go there.
+	if _, err := a.AllocBelow(120, 0, 300); !errors.Is(err, errs.HeapExhausted) {
+		t.Fatalf("AllocBelow(120, limit 300) err = %v", err)
+	}
+	off, err := a.AllocBelow(40, 0, 300)
+	if err != nil || off != 256 {
+		t.Fatalf("AllocBelow(40, limit 300) = %d, %v; want 256", off, err)
+	}
+	off, err = a.AllocBelow(200, 0, 712)
+	if err != nil || off != 512 {
+		t.Fatalf("AllocBelow(200, limit 712) = %d, %v; want 512", off, err)
+	}
+	checkStructure(t, a)
+	// GrowBelow: the block at 512 (200 bytes) may grow to 712, not past.
+	before = snap(a)
+	if ok, err := a.GrowBelow(512, 208, 712); err != nil || ok {
+		t.Fatalf("GrowBelow(512, 208, limit 712) = %v, %v; want false", ok, err)
+	}
+	if !before.equal(snap(a)) {
+		t.Fatalf("refused GrowBelow changed state")
+	}
+	if ok, err := a.GrowBelow(512, 200, 712); err != nil || !ok {
+		t.Fatalf("GrowBelow(512, 200, limit 712) = %v, %v; want true", ok, err)
+	}
+	if ok, err := a.GrowBelow(512, 100, 600); err != nil || !ok {
+		t.Fatalf("shrinking GrowBelow = %v, %v; want true", ok, err)
+	}
+	if a.Top() != 616 {
+		t.Fatalf("Top = %d, want 616", a.Top())
+	}
+	checkStructure(t, a)
+}

@@ -34,7 +34,12 @@ import (
 //	HdrCPUsOff = 384  128     the owner's CPU affinity when it created the
 //	                          segment: bit i of word i/64 set when it may
 //	                          run on CPU i (CPUs 0..1023); all zero: unknown
-//	512               3584    zero (room for later runtime words)
+//	TeamReserveOff    8       bytes at the top of the heap the owner's team
+//	= 512                     blocks reach down from: the heap's end minus
+//	                          the lowest team block's offset (0: none).
+//	                          Written by the owner only; world allocations
+//	                          stay below every PE's (shmem/teamheap.go)
+//	520               3576    zero (room for later runtime words)
 //	TeamsOff = 4096   MaxTeams * TeamSlotSize: team slots, see below
 //	HeapBase          heap    the symmetric heap managed by the Allocator
 //
@@ -69,6 +74,8 @@ const (
 	HdrPidOff     = 32
 	HdrCPUsOff    = 384 // CPUWords little-endian words: the owner's affinity mask
 	CPUWords      = 16  // 1024 CPUs
+
+	TeamReserveOff = 512
 
 	WakeOff      = 64
 	SleepOff     = 128
