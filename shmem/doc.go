@@ -51,7 +51,9 @@
 //   - A *PE is safe for concurrent use by many goroutines. Collective
 //     calls (Malloc, Free, barriers, team creation, Finalize) must be made
 //     by every PE in the same order; concurrent team-creating calls of one
-//     PE are serialised and may wait for each other.
+//     PE are serialised and may wait for each other. TeamMalloc allocates
+//     over a team's members only (collective over them); a PE's
+//     allocation calls, world and team, run one at a time.
 //   - Slices from Sym.Local and Ptr alias the shared heap: other PEs may
 //     write them at any time, and they are invalid after Free, Realloc or
 //     Finalize. Under a launcher, loads and stores through them after

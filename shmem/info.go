@@ -74,6 +74,10 @@ func (pe *PE) Info() Info {
 	}
 	pe.allocMu.Lock()
 	in.HeapUsed, in.HeapFree, in.LargestFree = pe.alloc.Stats()
+	// Team blocks lie in space the world allocator counts free.
+	tb := pe.teamBytesLocked()
+	in.HeapUsed, in.HeapFree = in.HeapUsed+tb, in.HeapFree-tb
+	in.LargestFree = min(in.LargestFree, in.HeapFree)
 	pe.allocMu.Unlock()
 	for r := range pe.peers {
 		p := &pe.peers[r]

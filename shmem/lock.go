@@ -20,7 +20,8 @@ import (
 //	        bit 31:     granted, set by the predecessor on release
 //
 // The home PE is (offset/8) mod NPEs, the same on every PE, which spreads
-// many locks over the job. A zero word is a free lock.
+// many locks over the job (for an object of TeamMalloc, member
+// (offset/8) mod its team's size). A zero word is a free lock.
 const lockGranted = 1 << 31
 
 // lockState orders this PE's goroutines on one lock word: the MCS node
@@ -80,6 +81,10 @@ func lockCheck(l Sym[int64]) (*PE, uint64, int, error) {
 	if err := pe.alive(); err != nil {
 		pe.leave()
 		return nil, 0, 0, err
+	}
+	if t := l.b.team; t != nil {
+		// A team object's lock lives on its team's members.
+		return pe, l.off, t.members[(l.off/8)%uint64(len(t.members))], nil
 	}
 	return pe, l.off, int((l.off / 8) % uint64(pe.npes)), nil
 }

@@ -32,6 +32,8 @@ type PE struct {
 	alloc   *heap.Allocator
 	allocs  uint64 // collective allocation calls so far (guarded by allocMu)
 
+	th teamHeap // team blocks and the order of allocation calls (teamheap.go)
+
 	world, shared *Team
 	teamMu        sync.Mutex                 // guards teamUsed and teams
 	teamUsed      [heap.MaxTeams / 64]uint64 // bit i set: team slot i is in use on this PE

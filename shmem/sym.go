@@ -21,6 +21,10 @@ type block struct {
 	size  uint64 // bytes
 	align uint64 // the alignment asked for (0: the default)
 	freed atomic.Bool
+	// A team block (TeamMalloc): its team, and member[w] set for each
+	// member's world PE. nil for a world block.
+	team   *Team
+	member []bool
 }
 
 // Sym is a handle on a symmetric object: n elements of T at the same
@@ -82,9 +86,10 @@ func (s Sym[T]) Local() []T {
 
 // Ptr is shmem_ptr: target's copy of the object, read and written
 // directly, when target's heap is mapped here; nil when target is remote,
-// out of range or the handle invalid, and once Finalize has begun.
+// out of range, outside a team object's team or the handle invalid, and
+// once Finalize has begun.
 func Ptr[T Elem](s Sym[T], target int) []T {
-	if s.check() != nil || uint(target) >= uint(s.b.pe.npes) || !s.b.pe.running() {
+	if s.check() != nil || uint(target) >= uint(s.b.pe.npes) || (s.b.member != nil && !s.b.member[target]) || !s.b.pe.running() {
 		return nil
 	}
 	mem := s.b.pe.peers[target].mem
@@ -116,7 +121,7 @@ func (s Sym[T]) check() error {
 func (s Sym[T]) local(i, cnt, target int) (*peer, uint64) {
 	b := s.b
 	if b == nil || s.ctx != nil || i < 0 || cnt < 0 || i > s.n-cnt || uint(target) >= uint(b.pe.npes) ||
-		b.freed.Load() || b.pe.peers[target].mem == nil || !b.pe.tryEnter() {
+		(b.member != nil && !b.member[target]) || b.freed.Load() || b.pe.peers[target].mem == nil || !b.pe.tryEnter() {
 		return nil, 0
 	}
 	return &b.pe.peers[target], s.off + uint64(i*sizeOf[T]())
@@ -147,6 +152,10 @@ func (s Sym[T]) span(i, cnt, target int) (*PE, *peer, remoteLink, uint64, error)
 		if target, err = s.ctx.rank(target); err != nil {
 			return nil, nil, nil, 0, err
 		}
+	}
+	if m := s.b.member; m != nil && (uint(target) >= uint(len(m)) || !m[target]) {
+		return nil, nil, nil, 0, fmt.Errorf("shmem: PE %d is not a member of the %d-PE team the object at offset %d was allocated over: %w",
+			target, len(s.b.team.members), s.b.off, ErrBadPE)
 	}
 	if err := pe.enter(); err != nil {
 		return nil, nil, nil, 0, err
@@ -190,6 +199,8 @@ func Align[T Elem](pe *PE, align, n int) (Sym[T], error) {
 		return Sym[T]{}, err
 	}
 	defer pe.leave()
+	pe.th.order.Lock()
+	defer pe.th.order.Unlock()
 	b, err := pe.symAlloc(uint64(n*sizeOf[T]()), uint64(align), opMalloc)
 	if err != nil {
 		return Sym[T]{}, err
@@ -212,6 +223,9 @@ func Realloc[T Elem](s Sym[T], n int) (Sym[T], error) {
 	if s.off != s.b.off {
 		return Sym[T]{}, fmt.Errorf("shmem: Realloc of a slice (offset %d inside the object at %d): %w", s.off, s.b.off, ErrInvalid)
 	}
+	if s.b.team != nil {
+		return Sym[T]{}, fmt.Errorf("shmem: Realloc of an object allocated over a %d-PE team (TeamMalloc): only world objects are resized: %w", len(s.b.team.members), ErrInvalid)
+	}
 	if uint64(n) > pe.cfg.HeapSize/uint64(sizeOf[T]()) {
 		return Sym[T]{}, fmt.Errorf("shmem: Realloc to %d %d-byte elements is larger than the %d-byte heap (SHMEM_SYMMETRIC_SIZE): %w",
 			n, sizeOf[T](), pe.cfg.HeapSize, ErrHeapExhausted)
@@ -220,6 +234,8 @@ func Realloc[T Elem](s Sym[T], n int) (Sym[T], error) {
 		return Sym[T]{}, err
 	}
 	defer pe.leave()
+	pe.th.order.Lock()
+	defer pe.th.order.Unlock()
 	b, err := pe.symRealloc(s.b, uint64(n*sizeOf[T]()))
 	if err != nil {
 		return Sym[T]{}, err
@@ -229,7 +245,8 @@ func Realloc[T Elem](s Sym[T], n int) (Sym[T], error) {
 
 // Free releases s on every PE (collective). It first completes this PE's
 // outstanding operations and meets all PEs. Any handle on the object,
-// including slices of it, is invalid afterwards.
+// including slices of it, is invalid afterwards. An object of TeamMalloc
+// is freed on its team's members (collective over them).
 func Free[T Elem](s Sym[T]) error {
 	if err := s.check(); err != nil {
 		return err
@@ -239,6 +256,11 @@ func Free[T Elem](s Sym[T]) error {
 		return err
 	}
 	defer pe.leave()
+	if s.b.team != nil {
+		return pe.teamFree(s.b)
+	}
+	pe.th.order.Lock()
+	defer pe.th.order.Unlock()
 	return pe.symFree(s.b)
 }
 
@@ -262,11 +284,29 @@ func (pe *PE) symAlloc(bytes, align uint64, op uint64) (*block, error) {
 	if err := pe.agree(op, bytes, align); err != nil {
 		return nil, err
 	}
-	b, err := pe.symAllocNoAgree(bytes, align)
-	if err != nil || bytes == 0 {
+	if bytes == 0 {
 		// No memory, no meeting: a zero-length object has no offset to
-		// agree on, and a failed allocation fails alike on every PE.
-		return b, err
+		// agree on.
+		return pe.symAllocNoAgree(0, align, 0)
+	}
+	// Every PE meets, so every PE is inside this call and its floor
+	// stays put (teamheap.go), then reads every PE's floor.
+	if err := pe.world.sync(); err != nil {
+		return nil, err
+	}
+	limit, err := pe.worldLimit()
+	if err != nil {
+		return nil, err
+	}
+	b, err := pe.symAllocNoAgree(bytes, align, limit)
+	if err != nil {
+		// Every PE had the same limit: a failed allocation fails alike
+		// on every PE. They meet even so, so that none frees a team
+		// block (raising its floor) while another still reads floors.
+		if serr := pe.world.sync(); serr != nil {
+			return nil, serr
+		}
+		return nil, err
 	}
 	if err := pe.world.sync(); err != nil {
 		return nil, err
@@ -281,9 +321,17 @@ func (pe *PE) symRealloc(old *block, bytes uint64) (*block, error) {
 	if err := pe.barrierAll(); err != nil {
 		return nil, err
 	}
+	// Every PE is inside this call: the floors stay put (teamheap.go).
+	limit, err := pe.worldLimit()
+	if err != nil {
+		return nil, err
+	}
 	if old.size == 0 || bytes == 0 {
-		nb, err := pe.symAllocNoAgree(bytes, old.align)
+		nb, err := pe.symAllocNoAgree(bytes, old.align, limit)
 		if err != nil {
+			if serr := pe.world.sync(); serr != nil { // as in symAlloc
+				return nil, serr
+			}
 			return nil, err
 		}
 		if old.size != 0 {
@@ -295,10 +343,10 @@ func (pe *PE) symRealloc(old *block, bytes uint64) (*block, error) {
 		return nb, pe.world.sync()
 	}
 	pe.allocMu.Lock()
-	grown, err := pe.alloc.Grow(old.off, bytes)
+	grown, err := pe.alloc.GrowBelow(old.off, bytes, limit)
 	var off uint64
 	if err == nil && !grown {
-		off, err = pe.alloc.Alloc(bytes, old.align)
+		off, err = pe.alloc.AllocBelow(bytes, old.align, limit)
 		if err == nil {
 			copy(pe.mem[off:off+min(bytes, old.size)], pe.mem[old.off:old.off+min(bytes, old.size)])
 			err = pe.alloc.Free(old.off)
@@ -308,6 +356,9 @@ func (pe *PE) symRealloc(old *block, bytes uint64) (*block, error) {
 	}
 	pe.allocMu.Unlock()
 	if err != nil {
+		if serr := pe.world.sync(); serr != nil { // as in symAlloc
+			return nil, serr
+		}
 		return nil, fmt.Errorf("shmem: PE %d: Realloc to %d bytes: %w (SHMEM_SYMMETRIC_SIZE is %d bytes)", pe.rank, bytes, err, pe.cfg.HeapSize)
 	}
 	if bytes > old.size {
@@ -324,14 +375,14 @@ func (pe *PE) symRealloc(old *block, bytes uint64) (*block, error) {
 	return nb, nil
 }
 
-// symAllocNoAgree allocates and zeroes this PE's copy, without the
-// agreement step or the meeting.
-func (pe *PE) symAllocNoAgree(bytes, align uint64) (*block, error) {
+// symAllocNoAgree allocates and zeroes this PE's copy below limit (the
+// world limit: worldLimit), without the agreement step or the meeting.
+func (pe *PE) symAllocNoAgree(bytes, align, limit uint64) (*block, error) {
 	if bytes == 0 {
 		return &block{pe: pe, off: heap.HeapBase, align: align}, nil
 	}
 	pe.allocMu.Lock()
-	off, err := pe.alloc.Alloc(bytes, align)
+	off, err := pe.alloc.AllocBelow(bytes, align, limit)
 	pe.allocMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("shmem: PE %d: %w (SHMEM_SYMMETRIC_SIZE is %d bytes)", pe.rank, err, pe.cfg.HeapSize)

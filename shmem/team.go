@@ -622,8 +622,9 @@ func (t *Team) Split2D(xRange int) (x, y *Team, err error) {
 	return x, y, nil
 }
 
-// Destroy releases the team (collective over its members). The world and
-// shared teams cannot be destroyed.
+// Destroy releases the team (collective over its members), and frees the
+// objects still allocated over it (TeamMalloc). The world and shared
+// teams cannot be destroyed.
 func (t *Team) Destroy() error {
 	if t == nil {
 		return fmt.Errorf("shmem: Destroy of a nil team: %w", ErrInvalid)
@@ -635,6 +636,10 @@ func (t *Team) Destroy() error {
 		return err
 	}
 	defer t.pe.leave()
+	// Freeing the team's objects moves this PE's floor: an allocation
+	// call (teamheap.go), taken before the team's mutex.
+	t.pe.th.order.Lock()
+	defer t.pe.th.order.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.destroyed.Load() {
@@ -644,6 +649,7 @@ func (t *Team) Destroy() error {
 		return err
 	}
 	t.destroyed.Store(true)
+	t.pe.releaseTeamBlocks(t)
 	t.pe.releaseSlot(t.slot)
 	return nil
 }
