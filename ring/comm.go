@@ -100,16 +100,19 @@ type Comm struct {
 	posted []*request // receives and probes waiting, in posting order
 }
 
-// NewComm creates a Comm over team t (collective over t). The team must
-// contain every PE of the job: a Comm's lanes are symmetric objects,
-// which only a job-wide Malloc creates (ErrInvalid otherwise; a smaller
-// team gets its Comm from Sub; see docs/ring.md). Its lanes into a PE
-// take (NPEs-1) × 7 MiB of its heap where that is at most an eighth of
-// it, else at most half of it (docs/ring.md "Memory bounds"): the eager
-// limit is EagerMax while the heap has at least 3,786,496 bytes per peer
-// ((NPEs-1) × 3.61 MiB), and shrinks in 4 KiB steps below that
+// NewComm creates a Comm over team t (collective over t's members; the
+// other PEs take no part). t may be any team: the world, one of Split,
+// Split2D or Shared, one member alone. Its lanes are allocated over t
+// (shmem.TeamMalloc), between t's members only, and Close frees them
+// (collective over t). Its lanes into a PE take (t.NPEs()-1) × 7 MiB
+// of its heap where that is at most an eighth of it, else at most half
+// of it (docs/ring.md "Memory bounds"): the eager limit is EagerMax
+// while the heap has at least 3,786,496 bytes per peer in t
+// ((t.NPEs()-1) × 3.61 MiB), and shrinks in 4 KiB steps below that
 // (EagerLimit); under 345,856 bytes per peer it would be below 4 KiB and
-// NewComm fails with ErrHeapExhausted on every PE.
+// NewComm fails with ErrHeapExhausted on every member. Sub of an
+// existing Comm is the cheaper way to a Comm over a sub-team of its
+// team: it allocates nothing.
 func NewComm(t *shmem.Team) (*Comm, error) { return newCommCap(t, QueueCap) }
 
 // newCommCap is NewComm with the unexpected queue's cap as a parameter,
@@ -119,15 +122,11 @@ func newCommCap(t *shmem.Team, queueCap int) (*Comm, error) {
 		return nil, fmt.Errorf("ring: NewComm on a nil team: %w", shmem.ErrInvalid)
 	}
 	pe := t.PE()
-	if t.NPEs() != pe.NPEs() {
-		return nil, fmt.Errorf("ring: NewComm over a team of %d of the job's %d PEs: a Comm needs a team of every PE (its lanes are job-wide symmetric objects; Sub of such a Comm serves a smaller team): %w",
-			t.NPEs(), pe.NPEs(), shmem.ErrInvalid)
-	}
 	c, err := commOver(t, pe.NPEs())
 	if err != nil {
 		return nil, err
 	}
-	e, err := newEngine(pe, queueCap)
+	e, err := newEngine(t, queueCap)
 	if err != nil {
 		return nil, err
 	}
@@ -179,11 +178,11 @@ func (c *Comm) Close() error {
 }
 
 // Sub creates a Comm over team t that shares c's lanes (collective over
-// t's members; c is a Comm over every PE, so t may be any team of the
-// job, a split sub-team included). Its ranks are t's, and its messages
-// never match another Comm's. Close it (collective over t) before c.
-// NewComm itself needs a team of every PE: a sub-team's members cannot
-// allocate symmetric memory without the other PEs.
+// t's members; every member of t must be a member of c's team,
+// ErrInvalid otherwise). Its ranks are t's, and its messages never match
+// another Comm's. Close it (collective over t) before c. It allocates
+// nothing and meets only t's members once: the cheap way to a Comm over
+// a sub-team of c's team, where NewComm(t) would give t lanes of its own.
 func (c *Comm) Sub(t *shmem.Team) (*Comm, error) {
 	if c == nil || c.e == nil {
 		return nil, fmt.Errorf("ring: Sub of a nil Comm: %w", shmem.ErrInvalid)
@@ -195,6 +194,11 @@ func (c *Comm) Sub(t *shmem.Team) (*Comm, error) {
 	sc, err := commOver(t, e.npes)
 	if err != nil {
 		return nil, err
+	}
+	for i, w := range sc.world {
+		if e.root.rank[w] < 0 {
+			return nil, fmt.Errorf("ring: Sub: member %d of the team (PE %d) is not in the Comm's %d-PE team: %w", i, w, e.root.n, shmem.ErrInvalid)
+		}
 	}
 	sc.e, sc.sub = e, true
 	// The id: a hash of the member list and how many sub-Comms this PE

@@ -166,8 +166,8 @@ func commInline(line int) int {
 	return (64+line-1)&^(line-1) - slotFixed
 }
 
-// commLimits is the frag size and the eager limit of a Comm of n PEs in
-// a heap of heap bytes. The lanes into a PE may take half its heap for
+// commLimits is the frag size and the eager limit of a Comm over a team
+// of n PEs (its lanes join those n only) in a heap of heap bytes. The lanes into a PE may take half its heap for
 // frags of up to the eager limit, an eighth of it for longer ones: (n-1)
 // lanes of commDepth (28) bulk areas and commSlots slots, counted at
 // 2 KiB a bulk area for the slots (more than their cache line or two:
@@ -197,22 +197,27 @@ func commLimits(heap, n int) (frag, eager int, err error) {
 	return max(eager, min(FragMax, per(8))), eager, nil
 }
 
-func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
+// newEngine is the engine of a Comm over team t (collective over t): a
+// lane between every ordered pair of t's members, allocated over t.
+// Its state is indexed by world PE, over the whole job; its limits are
+// those of a Comm of t's size.
+func newEngine(t *shmem.Team, queueCap int) (*engine, error) {
+	pe := t.PE()
 	info := pe.Info()
-	n, me := pe.NPEs(), pe.MyPE()
-	frag, eager, err := commLimits(int(info.HeapSize), n)
+	n, me, size := pe.NPEs(), pe.MyPE(), t.NPEs()
+	frag, eager, err := commLimits(int(info.HeapSize), size)
 	if err != nil {
 		return nil, err
 	}
 	var lanes []Lane
-	for i := range n {
-		for j := range n {
+	for i := range size {
+		for j := range size {
 			if i != j {
-				lanes = append(lanes, Lane{From: i, To: j, Depth: commSlots, Capacity: hdrLong + frag})
+				lanes = append(lanes, Lane{From: t.WorldPE(i), To: t.WorldPE(j), Depth: commSlots, Capacity: hdrLong + frag})
 			}
 		}
 	}
-	bellMsgs := n-1 > watchLanes
+	bellMsgs := size-1 > watchLanes
 	rule := bellNever
 	if bellMsgs {
 		rule = bellAlways
@@ -221,7 +226,7 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 	// wait watches, so a sender waiting for its match sees the
 	// receiver's claim land, with no doorbell after it (over TCP the
 	// frame of the claim itself ends the sender's poll).
-	r, err := newRingBell(pe, lanes, Safe, commInline(info.CacheLine), rule, n*claimsPer, commDepth)
+	r, err := newRingOver(t, lanes, Safe, commInline(info.CacheLine), rule, n*claimsPer, commDepth)
 	if err != nil {
 		return nil, fmt.Errorf("ring: NewComm: %w", err)
 	}
@@ -232,7 +237,8 @@ func newEngine(pe *shmem.PE, queueCap int) (*engine, error) {
 		batch: make([]Message, 0, 64), bellMsgs: bellMsgs,
 		claimUsed: make([]uint8, n), sends: map[uint32]*rdvSend{}, claimSeen: make([]uint64, n*claimsPer)}
 	e.longSpin = e.spin
-	for p := range n {
+	for i := range size {
+		p := t.WorldPE(i)
 		e.lanes[p].local = pe.SameHost(p)
 		if !e.lanes[p].local {
 			e.longSpin = false

@@ -616,9 +616,10 @@ var _ = register("comm-team", func(pe *shmem.PE) error {
 	if err := c.Close(); err != nil {
 		return err
 	}
-	// A sub-team: NewComm refuses it; Sub of a world Comm serves it.
-	// The even PEs and the odd PEs each get a sub-Comm, alive at once
-	// with the world Comm, and the same tags on all three must not mix.
+	// A sub-team: Sub of a world Comm serves it (comm-split makes
+	// Comms of their own over such teams). The even PEs and the odd
+	// PEs each get a sub-Comm, alive at once with the world Comm, and
+	// the same tags on all three must not mix.
 	world, err := NewComm(pe.World())
 	if err != nil {
 		return err
@@ -634,11 +635,6 @@ var _ = register("comm-team", func(pe *shmem.PE) error {
 	parity := evens
 	if pe.MyPE()%2 == 1 {
 		parity = odds
-	}
-	if parity.NPEs() < n {
-		if _, err := NewComm(parity); !errors.Is(err, shmem.ErrInvalid) {
-			return fmt.Errorf("NewComm over %d of %d PEs: %v", parity.NPEs(), n, err)
-		}
 	}
 	sub, err := world.Sub(parity)
 	if err != nil {

@@ -51,9 +51,11 @@
 //
 // Messages up to EagerMax (64 KiB) are eager; longer ones move, once a
 // receive has matched them, in pieces through the lanes' bulk areas
-// (rendezvous). NewComm needs a team of every PE; c.Sub(t) gives any
-// smaller team a Comm on the same lanes. docs/ring.md ("Comm") has the
-// protocol and its bounds.
+// (rendezvous). NewComm works over any team, collective over its
+// members, on lanes allocated over them (shmem.TeamMalloc); c.Sub(t)
+// gives a sub-team of c's team a Comm on c's lanes, allocating nothing.
+// docs/ring.md ("Comm") has the protocol, its bounds, and when to use
+// which.
 //
 // Caveats:
 //   - In Safe mode a Message's Data aliases the receiver's heap (the

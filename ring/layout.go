@@ -143,6 +143,20 @@ func validate(lanes []Lane, mode Mode, npes int) error {
 	return nil
 }
 
+// validateMembers checks that every lane joins two members of team t.
+func validateMembers(lanes []Lane, t *shmem.Team) error {
+	member := make(map[int]bool, t.NPEs())
+	for i := range t.NPEs() {
+		member[t.WorldPE(i)] = true
+	}
+	for i, l := range lanes {
+		if !member[l.From] || !member[l.To] {
+			return fmt.Errorf("ring: lane %d (%d→%d) joins a PE outside the %d-PE team: %w", i, l.From, l.To, t.NPEs(), shmem.ErrBadPE)
+		}
+	}
+	return nil
+}
+
 // The agreement descriptor each PE publishes in New.
 //
 //	word  meaning
@@ -175,23 +189,29 @@ func descriptor(lanes []Lane, mode Mode, inlineMax, bulks int) [descWords]uint64
 	return [descWords]uint64{descMagic, h.Sum64(), uint64(len(lanes)), uint64(mode), uint64(inlineMax)}
 }
 
-// agree checks that every PE passed the same lanes and mode. Each PE
-// writes its descriptor into a small symmetric object, all meet, each
-// reads every PE's, and Free (which meets again) releases the object.
-// Every PE reads the same set of descriptors, so either all succeed or
-// all fail with ErrAsymmetric; nothing stays allocated.
-func agree(pe *shmem.PE, desc [descWords]uint64) error {
-	obj, err := shmem.Malloc[uint64](pe, descWords)
+// agree checks that every member of t passed the same lanes and mode.
+// Each writes its descriptor into a small object allocated over t, all
+// meet, each reads every member's, and Free (which meets again) releases
+// the object. Every member reads the same set of descriptors, so either
+// all succeed or all fail with ErrAsymmetric; nothing stays allocated.
+func agree(t *shmem.Team, desc [descWords]uint64) error {
+	pe := t.PE()
+	obj, err := shmem.TeamMalloc[uint64](t, descWords)
 	if err != nil {
 		return err
 	}
 	copy(obj.Local(), desc[:])
-	if err := pe.BarrierAll(); err != nil {
+	meet := pe.BarrierAll
+	if t.NPEs() != pe.NPEs() {
+		meet = t.Sync // the stores above are this PE's own: nothing to complete
+	}
+	if err := meet(); err != nil {
 		return err
 	}
 	var bad error
 	var got [descWords]uint64
-	for r := 0; r < pe.NPEs() && bad == nil; r++ {
+	for i := 0; i < t.NPEs() && bad == nil; i++ {
+		r := t.WorldPE(i)
 		if err := shmem.Get(got[:], obj, r); err != nil {
 			bad = err
 			break

@@ -131,12 +131,21 @@ func newRingBell(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int, bell bell
 	if pe == nil {
 		return nil, fmt.Errorf("ring: New on a nil PE: %w", shmem.ErrInvalid)
 	}
+	return newRingOver(pe.World(), lanes, mode, inlineMax, bell, extra, bulks)
+}
+
+// newRingOver is newRingBell over team t: collective over t's members
+// only, its memory allocated over t (shmem.TeamMalloc). The lanes name
+// world PEs, every one a member of t (ErrBadPE otherwise, on every
+// member). A Comm over a team makes its ring so.
+func newRingOver(t *shmem.Team, lanes []Lane, mode Mode, inlineMax int, bell bellRule, extra, bulks int) (*Ring, error) {
+	pe := t.PE()
 	if bulks < 0 || (bulks > 0 && mode != Safe) {
 		// Raw mode tells a lapped slot by pub alone, which says nothing
 		// of an area reused sooner than its slot.
 		return nil, fmt.Errorf("ring: %d bulk areas per lane in mode %v (fewer bulk areas than slots need Safe mode): %w", bulks, mode, shmem.ErrInvalid)
 	}
-	if err := agree(pe, descriptor(lanes, mode, inlineMax, bulks)); err != nil {
+	if err := agree(t, descriptor(lanes, mode, inlineMax, bulks)); err != nil {
 		return nil, err
 	}
 	// From here every PE has the same arguments, so every check below
@@ -144,16 +153,21 @@ func newRingBell(pe *shmem.PE, lanes []Lane, mode Mode, inlineMax int, bell bell
 	if err := validate(lanes, mode, pe.NPEs()); err != nil {
 		return nil, err
 	}
+	if t.NPEs() != pe.NPEs() {
+		if err := validateMembers(lanes, t); err != nil {
+			return nil, err
+		}
+	}
 	info := pe.Info()
 	lay, err := computeLayout(lanes, pe.NPEs(), info.CacheLine, inlineMax, bulks, info.HeapSize)
 	if err != nil {
 		return nil, err
 	}
-	words, err := shmem.Malloc[uint64](pe, lay.wordsLen+extra)
+	words, err := shmem.TeamMalloc[uint64](t, lay.wordsLen+extra)
 	if err != nil {
 		return nil, fmt.Errorf("ring: %d words per PE: %w", lay.wordsLen+extra, err)
 	}
-	data, err := shmem.Malloc[byte](pe, lay.dataLen)
+	data, err := shmem.TeamMalloc[byte](t, lay.dataLen)
 	if err != nil {
 		if ferr := shmem.Free(words); ferr != nil {
 			return nil, fmt.Errorf("ring: %d bytes per PE: %w (and freeing the words: %v)", lay.dataLen, err, ferr)
@@ -412,7 +426,7 @@ func (r *Ring) Stats() Stats {
 
 // Close frees the ring's heap space on every PE (collective). It first
 // meets every PE, so messages sent before any PE entered Close were put
-// completely. Messages' Data from Safe lanes are invalid afterwards, and
+// completely. (A Comm's ring over a team: its members.) Messages' Data from Safe lanes are invalid afterwards, and
 // every later call on the ring fails with ErrFinalized.
 func (r *Ring) Close() error {
 	if r == nil {
