@@ -424,3 +424,46 @@ func boolInt(b bool) int {
 }
 
 func TestTeamMallocErrors(t *testing.T) { each(t, "team-malloc-errors", 1, 2, 3) }
+
+// team-free-debug (under SHMEM_DEBUG): members freeing different team
+// blocks all get ErrAsymmetric and nothing is freed; freeing them in the
+// same order then works.
+var _ = register("team-free-debug", func(pe *shmem.PE) error {
+	all, err := pe.World().Split(0, 1, pe.NPEs())
+	if err != nil {
+		return err
+	}
+	a, err := shmem.TeamMalloc[int64](all, 8)
+	if err != nil {
+		return err
+	}
+	b, err := shmem.TeamMalloc[int64](all, 8)
+	if err != nil {
+		return err
+	}
+	first := a
+	if all.MyPE() == 0 {
+		first = b
+	}
+	if err := shmem.Free(first); !errors.Is(err, shmem.ErrAsymmetric) {
+		return fmt.Errorf("members freeing different team blocks: %v", err)
+	}
+	if a.Local() == nil || b.Local() == nil {
+		return fmt.Errorf("a refused Free freed a block")
+	}
+	for _, s := range []shmem.Sym[int64]{a, b} {
+		if err := shmem.Free(s); err != nil {
+			return err
+		}
+	}
+	return all.Destroy()
+})
+
+// TestTeamMallocDebug: the team allocation scenarios under SHMEM_DEBUG
+// (the world calls' agreement beside the floors), and team-free-debug.
+func TestTeamMallocDebug(t *testing.T) {
+	debug := []shmem.Option{shmem.WithDebug(true)}
+	eachWith(t, "team-malloc", 3, debug, "SHMEM_DEBUG=1")
+	eachWith(t, "team-malloc-errors", 3, debug, "SHMEM_DEBUG=1")
+	eachWith(t, "team-free-debug", 3, debug, "SHMEM_DEBUG=1")
+}
