@@ -34,12 +34,13 @@ import (
 //	HdrCPUsOff = 384  128     the owner's CPU affinity when it created the
 //	                          segment: bit i of word i/64 set when it may
 //	                          run on CPU i (CPUs 0..1023); all zero: unknown
-//	TeamReserveOff    8       bytes at the top of the heap the owner's team
-//	= 512                     blocks reach down from: the heap's end minus
-//	                          the lowest team block's offset (0: none).
-//	                          Written by the owner only; world allocations
-//	                          stay below every PE's (shmem/teamheap.go)
-//	520               3576    zero (room for later runtime words)
+//	FloorMaxOff       32*8    the floor exchange of world allocations
+//	= 512                     (shmem/teamheap.go): round r's word, written
+//	                          only by the PE 2^r below the owner (mod
+//	                          NPEs): exchange number mod 2^16 << 48 | the
+//	                          most bytes any PE it has heard of has in
+//	                          team blocks at the top of its heap
+//	768               3328    zero (room for later runtime words)
 //	TeamsOff = 4096   MaxTeams * TeamSlotSize: team slots, see below
 //	HeapBase          heap    the symmetric heap managed by the Allocator
 //
@@ -75,7 +76,7 @@ const (
 	HdrCPUsOff    = 384 // CPUWords little-endian words: the owner's affinity mask
 	CPUWords      = 16  // 1024 CPUs
 
-	TeamReserveOff = 512
+	FloorMaxOff = 512 // MaxRounds words
 
 	WakeOff      = 64
 	SleepOff     = 128

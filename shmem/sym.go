@@ -289,11 +289,8 @@ func (pe *PE) symAlloc(bytes, align uint64, op uint64) (*block, error) {
 		// agree on.
 		return pe.symAllocNoAgree(0, align, 0)
 	}
-	// Every PE meets, so every PE is inside this call and its floor
-	// stays put (teamheap.go), then reads every PE's floor.
-	if err := pe.world.sync(); err != nil {
-		return nil, err
-	}
+	// The floor exchange is the meeting: every PE is inside this call,
+	// and every PE gets the same limit (teamheap.go).
 	limit, err := pe.worldLimit()
 	if err != nil {
 		return nil, err
@@ -301,8 +298,9 @@ func (pe *PE) symAlloc(bytes, align uint64, op uint64) (*block, error) {
 	b, err := pe.symAllocNoAgree(bytes, align, limit)
 	if err != nil {
 		// Every PE had the same limit: a failed allocation fails alike
-		// on every PE. They meet even so, so that none frees a team
-		// block (raising its floor) while another still reads floors.
+		// on every PE. They meet even so: no PE may store into the floor
+		// exchange's words again (the next call) before every PE has
+		// read this exchange's.
 		if serr := pe.world.sync(); serr != nil {
 			return nil, serr
 		}
@@ -321,7 +319,7 @@ func (pe *PE) symRealloc(old *block, bytes uint64) (*block, error) {
 	if err := pe.barrierAll(); err != nil {
 		return nil, err
 	}
-	// Every PE is inside this call: the floors stay put (teamheap.go).
+	// The floor exchange (teamheap.go): every PE gets the same limit.
 	limit, err := pe.worldLimit()
 	if err != nil {
 		return nil, err

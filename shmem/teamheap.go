@@ -16,10 +16,10 @@ import (
 // heap's end when it has none). Two rules keep the two kinds apart on
 // every PE:
 //
-//   - a world block ends at or below the lowest floor of any PE: every
-//     PE reads every PE's floor (heap.TeamReserveOff) inside the world
-//     call, so every PE uses the same limit and gets the same offset, or
-//     the same ErrHeapExhausted;
+//   - a world block ends at or below the lowest floor of any PE: the PEs
+//     exchange their floors inside the world call (worldLimit), so every
+//     PE uses the same limit and gets the same offset, or the same
+//     ErrHeapExhausted;
 //   - a team block lies in space free of team blocks on every member
 //     and at or above every member's world top (the end of its highest
 //     world block): the members exchange their floors, world tops and
@@ -40,6 +40,8 @@ type teamHeap struct {
 	order sync.Mutex
 	// blocks are the live team blocks by offset, guarded by PE.allocMu.
 	blocks map[uint64]*block
+	// exchanges counts worldLimit's exchanges (guarded by order).
+	exchanges uint64
 }
 
 // The words a member publishes in its team's scratch area for a team
@@ -76,12 +78,6 @@ func (pe *PE) floorLocked() uint64 {
 	return floor
 }
 
-// publishFloorLocked stores this PE's floor, as bytes below the heap's
-// end, where world allocations read it. Holding allocMu.
-func (pe *PE) publishFloorLocked() {
-	heap.Store64(pe.mem, heap.TeamReserveOff, pe.alloc.End()-pe.floorLocked())
-}
-
 // gapsLocked are the free spans between this PE's team blocks, above
 // its floor, highest first, at most max of them. Holding allocMu.
 func (pe *PE) gapsLocked(max int) []freeSpan {
@@ -110,25 +106,50 @@ func (pe *PE) roundBlock(size uint64) uint64 {
 }
 
 // worldLimit is the offset world blocks must stay below: the lowest
-// floor of every PE. The caller holds order and has met every PE inside
-// the same world allocation call, so every PE reads the same floors.
+// floor of every PE. It is also the meeting of every PE that makes it
+// safe: a dissemination exchange over the world (the world barrier's
+// rounds, syncRound) on the words at heap.FloorMaxOff, where in round r
+// each PE stores, tagged with the exchange's number, the largest reserve
+// (heap end minus floor) it knows of, into the PE 2^r above it, and waits
+// for the one 2^r below it to store into its own. Max is idempotent, so
+// after ceil(log2 NPEs) rounds every PE has every PE's reserve, and
+// every PE has entered the exchange: its floor stays put (the caller
+// holds order) until the call's last meeting. A word is stored again
+// only in the next exchange, which its writer enters after that meeting,
+// so after its owner read it; exchanges are numbered alike on every PE
+// (the world allocation calls that need space), and the tag tells this
+// exchange's store from the previous one's.
 func (pe *PE) worldLimit() (uint64, error) {
 	end := pe.alloc.End()
 	size := end - pe.alloc.Base()
-	var reserve uint64
-	for r := 0; r < pe.npes; r++ {
-		var w [1]uint64
-		if r == pe.rank {
-			w[0] = heap.Load64(pe.mem, heap.TeamReserveOff)
-		} else if err := pe.getWords(r, heap.TeamReserveOff, w[:]); err != nil {
+	pe.allocMu.Lock()
+	v := end - pe.floorLocked()
+	pe.allocMu.Unlock()
+	pe.th.exchanges++
+	tag := (pe.th.exchanges & 0xFFFF) << 48
+	const valMask = 1<<48 - 1
+	n := pe.npes
+	for r := range syncRounds(n) {
+		to, from := syncRound(n, pe.rank, r)
+		off := heap.FloorMaxOff + uint64(8*r)
+		if err := pe.storeWord(to, off, tag|v); err != nil {
+			return 0, pe.goneErr(err)
+		}
+		var got uint64
+		if err := pe.awaitFrom(from, off, 8, func() bool {
+			got = heap.Load64(pe.mem, off)
+			return got&^valMask == tag
+		}, func() string {
+			return fmt.Sprintf("the floor exchange of a world allocation (round %d: PE %d)", r, from)
+		}); err != nil {
 			return 0, err
 		}
-		if w[0] > size {
-			return 0, fmt.Errorf("shmem: PE %d reports team blocks reaching %d bytes below the end of its %d-byte heap: %w", r, w[0], size, ErrProtocol)
+		if got &= valMask; got > size {
+			return 0, fmt.Errorf("shmem: PE %d reports team blocks reaching %d bytes below the end of the %d-byte heap: %w", from, got, size, ErrProtocol)
 		}
-		reserve = max(reserve, w[0])
+		v = max(v, got)
 	}
-	return end - reserve, nil
+	return end - v, nil
 }
 
 // TeamMalloc allocates n zeroed elements at the same offset on every
@@ -343,7 +364,6 @@ func (t *Team) place(free []freeSpan, bytes, align uint64) (*block, error) {
 			pe.th.blocks = make(map[uint64]*block)
 		}
 		pe.th.blocks[at] = b
-		pe.publishFloorLocked()
 		pe.allocMu.Unlock()
 		clear(pe.mem[at : at+bytes])
 		return b, nil
@@ -369,7 +389,6 @@ func (pe *PE) releaseTeamBlock(b *block) {
 	if pe.th.blocks[b.off] == b {
 		delete(pe.th.blocks, b.off)
 	}
-	pe.publishFloorLocked()
 	pe.allocMu.Unlock()
 }
 
