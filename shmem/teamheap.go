@@ -66,7 +66,7 @@ const (
 	kindFree      = 4
 )
 
-// span is the half-open byte range [lo, hi).
+// freeSpan is the half-open byte range [lo, hi).
 type freeSpan struct{ lo, hi uint64 }
 
 // floorLocked is this PE's floor. Holding allocMu.
