@@ -35,7 +35,7 @@ func Broadcast[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], root int) (er
 	if c.useRD(n*sizeOf[T](), sizeOf[T]()) {
 		return broadcastRD(&c, dst, src, root)
 	}
-	if c.spansHosts() {
+	if c.far {
 		return broadcastScatter(&c, dst, src, root)
 	}
 	return broadcastDirect(&c, dst, src, root)

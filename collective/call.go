@@ -29,7 +29,8 @@ type call struct {
 	// local is this PE's own argument error, if any; the call still
 	// takes part in the entry exchange so the others learn of it.
 	local error
-	step  int // the steps passed so far (reach)
+	step  int  // the steps passed so far (reach)
+	far   bool // some member's heap is not mapped here (spansHosts, once per call)
 }
 
 func (c *call) begin(t *shmem.Team) error {
@@ -45,6 +46,7 @@ func (c *call) begin(t *shmem.Team) error {
 	}
 	c.lw, c.lb = c.words.Local(), c.bytes.Local()
 	c.g = newGeometry(c.n, len(c.lb))
+	c.far = c.spansHosts()
 	if c.g.rounds > maxRounds || c.lw == nil || c.lb == nil {
 		t.EndCollective(nil)
 		return fmt.Errorf("collective: a team of %d PEs: at most %d are supported: %w", c.n, 1<<(maxRounds+1)-1, shmem.ErrInvalid)
@@ -103,9 +105,9 @@ const sameHostScratch = 2048
 // scratch in one message: one message's payload on a team that spans
 // hosts, where every exchange saved is a network round trip, and at
 // most sameHostScratch on a team on one host. Every member of a team
-// answers alike (spansHosts).
+// answers alike (spansHosts, read once per call into c.far).
 func (c *call) scratchMax() int {
-	if c.spansHosts() {
+	if c.far {
 		return c.g.payloadCap()
 	}
 	return min(c.g.payloadCap(), sameHostScratch)

@@ -59,7 +59,7 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	if c.useRD(n*sizeOf[T](), sizeOf[T]()) {
 		return reduceRD(&c, k, dst, src, op, root)
 	}
-	far := c.algo == algoAuto && c.spansHosts()
+	far := c.algo == algoAuto && c.far
 	// Reduce by the ring across hosts (reduceRootRing) lands the
 	// reduce-scatter in every member's dst, and a non-root's dst must be
 	// as it was when the call returns: such a member saves it before the
