@@ -434,7 +434,7 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 		// is often a survivor that only noticed a peer's death (exits 7
 		// on ErrPeerLost, or its host's agent does) and was reaped
 		// first. So failures are held for settleWait, and for as long
-		// as a process whose boot connection dropped earlier still runs
+		// as a process whose boot connection dropped still runs
 		// (at most until lostC); then judge names the likeliest first
 		// failure: a death by signal, else the earliest dropped boot
 		// connection (a dead PE's drops at its death, a survivor's only
@@ -486,7 +486,7 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 	}
 	// judge ends the job with the held failure that came first, once the
 	// settle window has passed and no process whose connection dropped
-	// before theirs still runs (force: lostC passed, judge now).
+	// still runs (force: lostC passed, judge now).
 	judge := func(force bool) {
 		if ending || len(held) == 0 || (!settled && !force) {
 			return
@@ -511,9 +511,13 @@ func (r *runner) wait(ctx context.Context) (int, error) {
 			}
 		}
 		if !force {
-			for q, n := range lostSeq {
-				if n < seqOf(r.pes[held[best].idx]) && !q.exited {
-					return // it dropped first: wait for its status
+			// A running process whose boot connection dropped is the
+			// likeliest cause, whatever order the drops were seen in:
+			// under load the launcher can read a survivor's drop (at
+			// its exit) before that of the peer whose death it saw.
+			for q := range lostSeq {
+				if !q.exited {
+					return // wait for its status
 				}
 			}
 		}
