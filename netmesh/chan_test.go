@@ -350,14 +350,21 @@ func TestChannelStreamLossIsLinkLoss(t *testing.T) {
 // An idle channel stream sends heartbeats: the link outlives several
 // loss intervals with nothing to do.
 func TestChannelStreamHeartbeats(t *testing.T) {
-	pes := newJob(t, 2, 1<<16, "127.0.0.1", func(c *Config) { c.Heartbeat = 50 * time.Millisecond; c.Misses = 4 })
+	// Under the race detector on a loaded 2-core machine a goroutine can
+	// stay unscheduled for longer than 4 × 50 ms (a false loss that is
+	// the machine's, not the stream's): there the interval is 4x longer.
+	hb := 50 * time.Millisecond
+	if raceEnabled {
+		hb *= 4
+	}
+	pes := newJob(t, 2, 1<<16, "127.0.0.1", func(c *Config) { c.Heartbeat = hb; c.Misses = 4 })
 	ch, err := link(t, pes, 0, 1).OpenChannel()
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := ch.sts[0]
 	before := st.q.activity.Load()
-	time.Sleep(5 * 200 * time.Millisecond) // five loss intervals
+	time.Sleep(5 * 4 * hb) // five loss intervals
 	if err := ch.Err(); err != nil {
 		t.Fatal(err)
 	}
