@@ -15,7 +15,8 @@ const (
 	EnvConfig = "GOSHBENCH_CONFIG" // the job's Config, JSON
 	EnvOut    = "GOSHBENCH_OUT"    // directory for results.json and pe-N.json
 	// EnvCPUProfile, set by the user, makes PE 0 write a CPU profile of
-	// its whole run to this file (go tool pprof BINARY FILE).
+	// its whole run to this file, and PE r > 0 to the file's name + "."
+	// + r (go tool pprof BINARY FILE).
 	EnvCPUProfile = "GOSHBENCH_CPUPROFILE"
 )
 

@@ -63,7 +63,10 @@ func runPE() error {
 	if err != nil {
 		return err
 	}
-	if path := os.Getenv(EnvCPUProfile); path != "" && b.rank == 0 {
+	if path := os.Getenv(EnvCPUProfile); path != "" {
+		if b.rank > 0 {
+			path = fmt.Sprintf("%s.%d", path, b.rank)
+		}
 		f, err := os.Create(path)
 		if err != nil {
 			return err
