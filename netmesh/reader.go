@@ -85,7 +85,6 @@ func (st *stream) payload(dst []byte) error {
 	st.r += k
 	spin := len(dst) <= payloadSpinMax
 	for rest := dst[k:]; len(rest) > 0; {
-		st.loud()
 		n, err := st.readPayload(rest, spin)
 		if n > 0 {
 			st.recvs.Add(1)
@@ -123,7 +122,13 @@ const payloadSpinMax = 1 << 20
 // readPayload reads the next bytes of a payload into p: with spin,
 // polling for up to payloadSpin while the spin policy allows (spin.go:
 // never on an oversubscribed machine, nor while polling is paused or
-// measured dearer than parking), then parked in conn.Read.
+// measured dearer than parking), then parked in conn.Read. Only the
+// parked read needs a quiet socket made loud (watch.go): a non-blocking
+// read returns whatever bytes are queued, whatever the mark says. So a
+// payload read by polling costs no setsockopt: lowering the mark before
+// every read of a payload and raising it after the frame took two per
+// frame (8 per 1 MiB rendezvous message of ring.Comm over TCP, counted
+// with perf's syscall tracepoints).
 func (st *stream) readPayload(p []byte, spin bool) (int, error) {
 	if now := mono(); spin && st.l.m.spinOK(now) {
 		k, err := st.pollInto(p, now+int64(payloadSpin), false)
@@ -131,6 +136,7 @@ func (st *stream) readPayload(p []byte, spin bool) (int, error) {
 			return k, err
 		}
 	}
+	st.loud()
 	return st.conn.Read(p)
 }
 
