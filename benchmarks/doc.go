@@ -16,7 +16,10 @@
 //	suite          the registry, the suites, the limits, the PE side of a job
 //	report         records and the JSON schema, statistics, table, benchmark lines, SVG plots
 //	results        the runs quoted in docs/performance.md (goshbench-1..3 and their medians;
-//	               2026-11-29/: the earlier runs over shm, tcp and the ring suites)
+//	               2026-11-29/: the earlier runs over shm, tcp and the ring suites;
+//	               2026-12-03/: ring.Comm beside Open MPI in the same sitting)
+//	peers          mpi_p2p.c and run-mpi.sh: Open MPI two-sided latency and bandwidth by
+//	               the OSU definitions, to measure the peer beside goshbench (not built by go)
 //
 // docs/performance.md describes the method and the figures.
 package benchmarks
