@@ -18,8 +18,9 @@
 //	results        the runs quoted in docs/performance.md (goshbench-1..3 and their medians;
 //	               2026-11-29/: the earlier runs over shm, tcp and the ring suites;
 //	               2026-12-03/: ring.Comm beside Open MPI in the same sitting)
-//	peers          mpi_p2p.c and run-mpi.sh: Open MPI two-sided latency and bandwidth by
-//	               the OSU definitions, to measure the peer beside goshbench (not built by go)
+//	peers          mpi_p2p.c, mpi_coll.c, run-mpi.sh: Open MPI two-sided messages and
+//	               collectives timed by the OSU definitions, to measure the peer beside
+//	               goshbench (C, not built by go)
 //
 // docs/performance.md describes the method and the figures.
 package benchmarks
