@@ -17,10 +17,11 @@
 //	report         records and the JSON schema, statistics, table, benchmark lines, SVG plots
 //	results        the runs quoted in docs/performance.md (goshbench-1..3 and their medians;
 //	               2026-11-29/: the earlier runs over shm, tcp and the ring suites;
-//	               2026-12-03/: ring.Comm beside Open MPI in the same sitting)
-//	peers          mpi_p2p.c, mpi_coll.c, run-mpi.sh: Open MPI two-sided messages and
-//	               collectives timed by the OSU definitions, to measure the peer beside
-//	               goshbench (C, not built by go)
+//	               2026-12-03/: goshmem beside Open MPI and OSHMEM in the same sittings)
+//	peers          mpi_p2p.c, mpi_coll.c, run-mpi.sh (Open MPI two-sided messages and
+//	               collectives), oshmem_osu.c, run-oshmem.sh (OSHMEM one-sided operations
+//	               and collectives): the C peers timed by the OSU definitions, to measure
+//	               them beside goshbench (C, not built by go)
 //
 // docs/performance.md describes the method and the figures.
 package benchmarks

@@ -102,8 +102,8 @@ func broadcastDirect[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) err
 }
 
 // broadcastPair is Broadcast on two members on different hosts: after
-// the entry exchange the root puts its src into the other's dst with a
-// signal in the same PutSignal (and copies it into its own dst), and the
+// the entry exchange the root puts its src into the other's dst, the
+// last piece as a PutSignal (and copies it into its own dst), and the
 // other returns once the signal came. As in reducePair, nothing more is
 // written into either dst and nobody reads the root's src once the
 // blocking PutSignal returned, so there is no exit exchange (scatter +
@@ -126,21 +126,21 @@ func broadcastPair[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) error
 	}
 	other := c.world(1 - c.me)
 	per := max(1, pairPiece/sizeOf[T]())
-	for off := 0; n-off > per; off += per {
+	off := 0
+	for ; n-off > per; off += per {
 		traceRange(c, tWrite, dst, off, off+per, other)
 		if err := shmem.Put(dst.Slice(off, off+per), sl[off:off+per], other); err != nil {
 			return err
 		}
 	}
-	last := (max(n-1, 0) / per) * per
 	sig := c.words.Slice(wordRingIn, wordRingIn+1)
-	traceSignal(c, dst.Slice(last, n), other, wordRingIn, shmem.SignalSet, base+1)
-	return shmem.PutSignal(dst.Slice(last, n), sl[last:n], sig, base+1, shmem.SignalSet, other)
+	traceSignal(c, dst.Slice(off, n), other, wordRingIn, shmem.SignalSet, base+1)
+	return shmem.PutSignal(dst.Slice(off, n), sl[off:n], sig, base+1, shmem.SignalSet, other)
 }
 
 // pairPiece is the most broadcastPair puts at once. Over TCP one 2 MiB
 // PutSignal made a 2-PE Broadcast of 2 MiB 16 % slower than the two
-// 1 MiB puts of scatter + allgather before it (389 against 451 µs,
+// 1 MiB puts of scatter + allgather before it (451 against 389 µs,
 // medians of 6 alternated rounds, docs/performance.md): netmesh's
 // reader polls for payloads of up to 1 MiB and parks on larger ones.
 const pairPiece = 1 << 20
