@@ -78,7 +78,36 @@ var _ = register("large", func(pe *shmem.PE) error {
 	return nil
 })
 
+// AllReduce on two members across hosts (reducePair) with halves of
+// several pieces: lengths whose halves are one piece exactly, one piece
+// and an element, and two and a half pieces (an odd length, so the
+// halves differ), of an 8-byte and a 4-byte type, back to back with the
+// result checked and src refilled between calls.
+var _ = register("pair-pieces", func(pe *shmem.PE) error {
+	per := pairPieceBytes / 8 // float64 elements in a piece
+	lens := []int{2 * per, 2*per + 2, 5*per + 1}
+	bf, err := newBufs[float64](pe, lens[2]+1)
+	if err != nil {
+		return err
+	}
+	bi, err := newBufs[int32](pe, 2*lens[2]+1)
+	if err != nil {
+		return err
+	}
+	t := pe.World()
+	for i, n := range lens {
+		if err := checkReduce(t, bf, n, Sum, -1, false, 500+i); err != nil {
+			return fmt.Errorf("AllReduce(Sum) float64 of %d: %w", n, err)
+		}
+		if err := checkReduce(t, bi, 2*n, Xor, -1, false, 600+i); err != nil {
+			return fmt.Errorf("AllReduce(Xor) int32 of %d: %w", 2*n, err)
+		}
+	}
+	return nil
+})
+
 func TestLarge(t *testing.T) {
+	each(t, "pair-pieces", []route{tcp}, nil, 2)
 	each(t, "large", []route{goroutines}, nil, 1, 4)
 	each(t, "large", []route{goroutines}, []string{envAlgo + "=ring"}, 3)
 	each(t, "large", []route{goroutines}, []string{envAlgo + "=halving"}, 4)
