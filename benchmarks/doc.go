@@ -18,10 +18,10 @@
 //	results        the runs quoted in docs/performance.md (goshbench-1..3 and their medians;
 //	               2026-11-29/: the earlier runs over shm, tcp and the ring suites;
 //	               2026-12-03/: goshmem beside Open MPI and OSHMEM in the same sittings)
-//	peers          mpi_p2p.c, mpi_coll.c, run-mpi.sh (Open MPI two-sided messages and
-//	               collectives), oshmem_osu.c, run-oshmem.sh (OSHMEM one-sided operations
-//	               and collectives): the C peers timed by the OSU definitions, to measure
-//	               them beside goshbench (C, not built by go)
+//	peers          mpi_p2p.c, mpi_coll.c (Open MPI two-sided messages and collectives),
+//	               oshmem_osu.c (OSHMEM one-sided operations and collectives), and run.sh,
+//	               which builds and runs one of them: the C peers timed by the OSU
+//	               definitions, to measure them beside goshbench (C, not built by go)
 //
 // docs/performance.md describes the method and the figures.
 package benchmarks

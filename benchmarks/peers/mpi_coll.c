@@ -2,7 +2,7 @@
  * mpi_coll: Open MPI collectives timed as the OSU Micro-Benchmarks time
  * them (osu_allreduce, osu_reduce, osu_bcast, osu_barrier), so that issue
  * 8's MPI figures can be measured in the same sitting as goshbench's
- * collective suites (benchmarks/peers/run-mpi.sh, docs/performance.md).
+ * collective suites (benchmarks/peers/run.sh, docs/performance.md).
  *
  * Each call is timed alone and followed by an untimed MPI_Barrier; a
  * process's latency is its mean over the timed calls, and the figure is

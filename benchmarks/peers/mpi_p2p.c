@@ -2,7 +2,7 @@
  * mpi_p2p: MPI two-sided latency and bandwidth by the OSU Micro-Benchmarks'
  * definitions (osu_latency, osu_bw), so that issue 12's peer figures can be
  * measured in the same sitting as goshbench's comm-latency and comm-bw
- * (benchmarks/peers/run-mpi.sh, docs/performance.md).
+ * (benchmarks/peers/run.sh, docs/performance.md).
  *
  *   latency: rank 0 sends, rank 1 receives and sends the same size back;
  *            one-way time = elapsed / (2 * iterations).

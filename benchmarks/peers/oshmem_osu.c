@@ -2,7 +2,7 @@
  * oshmem_osu: OpenSHMEM (Open MPI's OSHMEM) one-sided operations and
  * collectives timed as the OSU Micro-Benchmarks' osu_oshm_* tests time
  * them, so that issues 8 and 10's OSHMEM figures can be measured in the
- * same sitting as goshbench (benchmarks/peers/run-oshmem.sh,
+ * same sitting as goshbench (benchmarks/peers/run.sh oshmem,
  * docs/performance.md). OpenSHMEM 1.4 calls (what OSHMEM 4.1 has).
  *
  * One-sided (2 PEs; PE 0 times, PE 1 waits in the final barrier):
