@@ -7,6 +7,7 @@
 //
 //	go run ./benchmarks/cmd/goshbench                    # default suites, 2 and 4 PEs, shared memory
 //	go run ./benchmarks/cmd/goshbench -transport shm,tcp # and over TCP loopback through netmesh
+//	.ci/netns.sh up 4; .ci/netns.sh run g1 goshbench -transport netns  # across network namespaces (root)
 //	go run ./benchmarks/cmd/goshbench -quick             # smoke run, seconds
 //	go test ./benchmarks/...                             # -quick over shm and tcp, plus the JSON schema check
 //

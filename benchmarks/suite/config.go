@@ -124,8 +124,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("goshbench: repetition time %v, window %d, timeout %v: want positive values", c.RepTime, c.Window, c.Timeout)
 	case c.Bind != BindCPU && c.Bind != BindNone:
 		return fmt.Errorf("goshbench: -bind %q: want %s or %s", c.Bind, BindCPU, BindNone)
-	case c.Transport != TransportSHM && c.Transport != TransportTCP:
-		return fmt.Errorf("goshbench: transport %q: want %s or %s", c.Transport, TransportSHM, TransportTCP)
+	case c.Transport != TransportSHM && c.Transport != TransportTCP && c.Transport != TransportNetns:
+		return fmt.Errorf("goshbench: transport %q: want %s, %s or %s", c.Transport, TransportSHM, TransportTCP, TransportNetns)
 	}
 	for _, s := range c.Sizes {
 		if s < 1 || s > 1<<30 {

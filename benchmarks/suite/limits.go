@@ -2,6 +2,7 @@ package suite
 
 import (
 	"fmt"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -247,13 +248,35 @@ func keep(v uint64) { sinkWord.Store(v) }
 const (
 	TransportSHM = "shm" // all PEs on this host: heaps mapped into each other
 	TransportTCP = "tcp" // every PE on a host of its own: every pair over netmesh (TCP loopback)
+	// every PE in a network namespace of its own (.ci/netns.sh's g1, g2,
+	// ...: NetnsHost, NetnsIP): every pair over netmesh across a veth
+	// bridge, the path of two hosts on one switch
+	TransportNetns = "netns"
 )
+
+// NetnsHost is the namespace, and the host name, of PE r in a netns job;
+// NetnsIP its address there (.ci/netns.sh gives namespace gi the address
+// 10.77.0.i).
+func NetnsHost(r int) string { return fmt.Sprintf("g%d", r+1) }
+
+// NetnsIP is PE r's address in a netns job (see NetnsHost).
+func NetnsIP(r int) net.IP { return net.IPv4(10, 77, 0, byte(r+1)) }
 
 // remote reports whether this job's PEs reach each other over TCP. Then
 // no PE maps another's heap (shmem.Ptr of a peer is nil), and the
 // same-host limits (cache line, copy into the mapping, raw atomics on a
 // peer's word) neither apply nor can be measured.
-func (b *B) remote() bool { return b.cfg.Transport == TransportTCP }
+func (b *B) remote() bool { return b.cfg.Transport != TransportSHM }
+
+// tcpIP is the address the plain-TCP limits of PE r listen on: loopback,
+// or in a netns job PE r's namespace address, so that they take the path
+// goshmem's links take.
+func (b *B) tcpIP(r int) net.IP {
+	if b.cfg.Transport == TransportNetns {
+		return NetnsIP(r)
+	}
+	return net.IPv4(127, 0, 0, 1)
+}
 
 // dataLimit is the limit of a figure that moves size bytes from PE 0 to
 // PE 1 (put-like): copy() of the same size over shared memory. Over TCP:

@@ -128,16 +128,16 @@ func runPE() error {
 }
 
 // checkRoutes makes sure the job measures the transport it is named
-// after: in a shm job every peer's heap is mapped here, in a tcp job no
-// peer's is (each PE has a host of its own, so every pair talks through
-// netmesh). It returns the routes as "PE r: kind [addr]".
+// after: in a shm job every peer's heap is mapped here, in a tcp or
+// netns job no peer's is (each PE has a host of its own, so every pair
+// talks through netmesh). It returns the routes as "PE r: kind [addr]".
 func checkRoutes(in shmem.Info, transport string) ([]string, error) {
 	var out []string
 	for _, r := range in.Routes {
 		if r.Kind == "self" {
 			continue
 		}
-		if (transport == TransportTCP) != (r.Kind != "shm") {
+		if (transport != TransportSHM) != (r.Kind != "shm") {
 			return nil, fmt.Errorf("goshbench PE %d: a %s job, but PE %d is reached over %q "+
 				"(host %q here, %q there)", in.PE, transport, r.PE, r.Kind, in.Host, r.Host)
 		}

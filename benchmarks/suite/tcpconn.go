@@ -33,7 +33,7 @@ func (b *B) tcpPortSlot() int { return 3*b.npes + 1 }
 // the limit in errors ("the tcp-ring limit"). Every PE calls it with the
 // same edges at the same point, whether or not it is in one of them: it
 // meets all PEs in two barriers. A PE that accepts any edge listens on
-// 127.0.0.1 once and puts its port into the port slot of each PE that
+// its tcpIP (loopback, or its namespace's address) once and puts its port into the port slot of each PE that
 // dials it; after the first barrier each dialer reads its port, and after
 // the second (which keeps a later connect from writing the slot before
 // every dialer has read it) every PE dials and accepts at the same time,
@@ -71,7 +71,7 @@ func (b *B) connect(what string, edges []tcpEdge) (*tcpConns, error) {
 	var lerr error
 	if nFrom > 0 {
 		port := int64(-1)
-		if ln, lerr = net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}); lerr == nil {
+		if ln, lerr = net.ListenTCP("tcp", &net.TCPAddr{IP: b.tcpIP(b.rank)}); lerr == nil {
 			defer ln.Close()
 			port = int64(ln.Addr().(*net.TCPAddr).Port)
 		}
@@ -113,7 +113,7 @@ func (b *B) connect(what string, edges []tcpEdge) (*tcpConns, error) {
 	}()
 	var err error
 	if to >= 0 {
-		c.out[to], err = dialListener(port, b.rank, deadline)
+		c.out[to], err = dialListener(b.tcpIP(to), port, b.rank, deadline)
 	}
 	<-accepted
 	if err == nil {
@@ -127,16 +127,16 @@ func (b *B) connect(what string, edges []tcpEdge) (*tcpConns, error) {
 	return c, nil
 }
 
-// dialListener opens a connection to port on 127.0.0.1 by deadline and
+// dialListener opens a connection to port on ip by deadline and
 // sends rank on it, the connection's only bytes before the limit's own:
 //
 //	offset  width  order          meaning
 //	0       8      little-endian  the dialer's rank
 //
 // acceptDialers reads them.
-func dialListener(port int64, rank int, deadline time.Time) (net.Conn, error) {
+func dialListener(ip net.IP, port int64, rank int, deadline time.Time) (net.Conn, error) {
 	d := net.Dialer{Deadline: deadline}
-	c, err := d.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	c, err := d.Dial("tcp", (&net.TCPAddr{IP: ip, Port: int(port)}).String())
 	if err != nil {
 		return nil, err
 	}

@@ -119,7 +119,7 @@ func TestAcceptDialers(t *testing.T) {
 func TestDialListener(t *testing.T) {
 	ln := listenLoopback(t)
 	deadline := time.Now().Add(10 * time.Second) // a bound for a hang
-	d, err := dialListener(int64(ln.Addr().(*net.TCPAddr).Port), 2, deadline)
+	d, err := dialListener(net.IPv4(127, 0, 0, 1), int64(ln.Addr().(*net.TCPAddr).Port), 2, deadline)
 	if err != nil {
 		t.Fatal(err)
 	}

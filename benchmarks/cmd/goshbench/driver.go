@@ -192,7 +192,6 @@ func runJob(exe string, t *transport, npes int, cfg suite.Config, timeout time.D
 	if err != nil {
 		return res, job, err
 	}
-	fmt.Fprintf(stderr, "goshbench: starting %s job of %d PEs (%d suites)\n", t.name, npes, len(cfg.Suites))
 	j := &launch.Job{
 		N: npes, Program: exe,
 		Env: []string{suite.EnvPE + "=1", suite.EnvOut + "=" + dir, cenv,
@@ -207,6 +206,14 @@ func runJob(exe string, t *transport, npes int, cfg suite.Config, timeout time.D
 	if t.hosts != nil {
 		j.Hosts = t.hosts(npes)
 	}
+	if t.place != nil {
+		prog, args, listen, err := t.place(npes, dir, exe)
+		if err != nil {
+			return res, job, fmt.Errorf("goshbench: %s job of %d PEs: %w", t.name, npes, err)
+		}
+		j.Program, j.Args, j.Listen = prog, args, listen
+	}
+	fmt.Fprintf(stderr, "goshbench: starting %s job of %d PEs (%d suites)\n", t.name, npes, len(cfg.Suites))
 	start := time.Now()
 	code, err := j.Run(context.Background())
 	job.Seconds, job.LoadEnd = time.Since(start).Seconds(), loadavg()

@@ -65,7 +65,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.window, "window", suite.DefaultWindow, "operations per Quiet in bandwidth and rate suites (`n`)")
 	fs.StringVar(&o.bind, "bind", suite.BindCPU, "PE placement (`mode`): cpu binds PE r to the r-th allowed CPU when PEs <= CPUs (as mpirun does); none leaves it to the kernel")
 	fs.BoolVar(&o.quick, "quick", false, "smoke run of a few seconds: sizes "+quickSizes+", 3 repetitions of about 1 ms")
-	tr := fs.String("transport", "shm", "transports, comma-separated (`list`): shm, tcp")
+	tr := fs.String("transport", "shm", "transports, comma-separated (`list`): shm, tcp, netns (every PE in a network namespace of its own: run inside g1 of .ci/netns.sh)")
 	fs.StringVar(&o.jsonPath, "json", "", "write the run and one record per figure as JSON to `file`")
 	fs.BoolVar(&o.benchFormat, "bench-format", false, "print Go benchmark lines (for benchstat) on stdout; the table goes to stderr")
 	fs.StringVar(&o.svgDir, "svg", "", "write SVG plots of latency and bandwidth against size into `dir`")

@@ -405,6 +405,23 @@ func TestNothingToMeasure(t *testing.T) {
 	}
 }
 
+// A netns job asked for where goshbench is not in namespace g1 (or the
+// namespaces are missing) is an error that says how to run it, before
+// any PE starts. (.ci/run runs the transport itself, inside g1.)
+func TestNetnsOutside(t *testing.T) {
+	if _, _, _, err := netnsPlace(2, t.TempDir(), "goshbench"); err == nil {
+		t.Skip("this process is in namespace g1 and g2 exists: the refusal cannot be seen here")
+	}
+	args := []string{"-transport", "netns", "-pes", "2", "-suites", "put-latency", "-quick"}
+	var stdout, stderr bytes.Buffer
+	if code := run(args, &stdout, &stderr); code != 1 {
+		t.Errorf("goshbench %v: exit code %d, want 1\n%s", args, code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), ".ci/netns.sh run g1 goshbench") || strings.Contains(stderr.String(), "starting") {
+		t.Errorf("goshbench %v: want a refusal that says how, before any job:\n%s", args, stderr.String())
+	}
+}
+
 func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-transport", "udp"}, {"-pes", "1"}, {"-sizes", "4M-1K"}, {"-sizes", "2G"}, {"-suites", "nope"}, {"extra"},
