@@ -162,6 +162,8 @@ func TestCheckRoutes(t *testing.T) {
 		{TransportTCP, in("self", "tcp", "tcp"), true},
 		{TransportSHM, in("self", "shm", "tcp"), false},
 		{TransportTCP, in("self", "tcp", "shm"), false},
+		{TransportNetns, in("self", "tcp", "tcp"), true},
+		{TransportNetns, in("self", "tcp", "shm"), false},
 	} {
 		routes, err := checkRoutes(c.info, c.transport)
 		if (err == nil) != c.ok {
