@@ -143,6 +143,9 @@ func broadcastPair[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) error
 // 1 MiB puts of scatter + allgather before it (451 against 389 µs,
 // medians of 6 alternated rounds, docs/performance.md): netmesh's
 // reader polls for payloads of up to 1 MiB and parks on larger ones.
+// reducePair's 512 KiB pieces (pairPieceBytes), where the folds overlap
+// the transfers, made it 1.6x slower at 2 and 4 MiB (ten alternated
+// rounds, 2026-12-04, docs/collectives.md): here pieces only cost.
 const pairPiece = 1 << 20
 
 // broadcastScatter is scatter + allgather, for teams that span hosts,

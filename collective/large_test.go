@@ -82,7 +82,10 @@ var _ = register("large", func(pe *shmem.PE) error {
 // several pieces: lengths whose halves are one piece exactly, one piece
 // and an element, and two and a half pieces (an odd length, so the
 // halves differ), of an 8-byte and a 4-byte type, back to back with the
-// result checked and src refilled between calls.
+// result checked and src refilled between calls; and Reduce to either
+// root (reduceRootRing's two members), whose whole vector goes in
+// pieces of the same size: two exactly, two and an element (three
+// pieces), five and an element (six).
 var _ = register("pair-pieces", func(pe *shmem.PE) error {
 	per := pairPieceBytes / 8 // float64 elements in a piece
 	lens := []int{2 * per, 2*per + 2, 5*per + 1}
@@ -101,6 +104,14 @@ var _ = register("pair-pieces", func(pe *shmem.PE) error {
 		}
 		if err := checkReduce(t, bi, 2*n, Xor, -1, false, 600+i); err != nil {
 			return fmt.Errorf("AllReduce(Xor) int32 of %d: %w", 2*n, err)
+		}
+		for root := range 2 {
+			if err := checkReduce(t, bf, n, Sum, root, false, 700+10*i+root); err != nil {
+				return fmt.Errorf("Reduce(Sum) float64 of %d to %d: %w", n, root, err)
+			}
+			if err := checkReduce(t, bi, 2*n, Max, root, false, 800+10*i+root); err != nil {
+				return fmt.Errorf("Reduce(Max) int32 of %d to %d: %w", 2*n, root, err)
+			}
 		}
 	}
 	return nil
