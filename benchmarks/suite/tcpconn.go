@@ -33,8 +33,9 @@ func (b *B) tcpPortSlot() int { return 3*b.npes + 1 }
 // the limit in errors ("the tcp-ring limit"). Every PE calls it with the
 // same edges at the same point, whether or not it is in one of them: it
 // meets all PEs in two barriers. A PE that accepts any edge listens on
-// its tcpIP (loopback, or its namespace's address) once and puts its port into the port slot of each PE that
-// dials it; after the first barrier each dialer reads its port, and after
+// its tcpIP (loopback, or its namespace's address) once and puts its
+// port into the port slot of each PE that dials it; after the first
+// barrier each dialer reads its port, and after
 // the second (which keeps a later connect from writing the slot before
 // every dialer has read it) every PE dials and accepts at the same time,
 // both within the job's timeout. A dialer sends its rank first

@@ -34,23 +34,19 @@ type transport struct {
 // got the routes their transport names (suite.checkRoutes).
 var transports = []transport{
 	{name: suite.TransportSHM},
-	{name: suite.TransportTCP,
-		hosts: func(n int) []string {
-			h := make([]string, n)
-			for i := range h {
-				h[i] = fmt.Sprintf("goshbench-pe%d", i)
-			}
-			return h
-		}},
-	{name: suite.TransportNetns,
-		hosts: func(n int) []string {
-			h := make([]string, n)
-			for i := range h {
-				h[i] = suite.NetnsHost(i)
-			}
-			return h
-		},
-		place: netnsPlace},
+	{name: suite.TransportTCP, hosts: hostsNamed(func(r int) string { return fmt.Sprintf("goshbench-pe%d", r) })},
+	{name: suite.TransportNetns, hosts: hostsNamed(suite.NetnsHost), place: netnsPlace},
+}
+
+// hostsNamed gives PE r the host identity name(r).
+func hostsNamed(name func(r int) string) func(npes int) []string {
+	return func(npes int) []string {
+		h := make([]string, npes)
+		for r := range h {
+			h[r] = name(r)
+		}
+		return h
+	}
 }
 
 // Where .ci/netns.sh keeps its namespaces: the network namespace of host
