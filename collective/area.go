@@ -48,6 +48,22 @@ package collective
 // small message costs its receiver one line from each sender, not a line
 // plus a counter that every sender adds to. Words only grow.
 //
+// A flat team of relayMin to flatMax members that spans hosts also has a
+// relay region at the end of the scratch (relayOff on): 2*n relay slots
+// of relaySlot bytes, parity-major, for the gathered exchange (call.go,
+// exchangeGather). Relay slot (parity, j) is: a sequence word (on member
+// 0, stored by member j after the rest of its gathered message, 2k for
+// exchange k, or 2k+1 after its long message into member 0's flat
+// buffer; unused elsewhere), the length word (member j's payload bytes;
+// relayLong where member 0 filled the slot in for a long message), then
+// member j's header and, when the payload is at most relayPayload bytes,
+// the payload.
+// On member 0 the slots are the gathered messages; on every other member
+// the region of a parity is where member 0's release lands: its own
+// slots of that parity, all n in one put. The release's signal is word
+// wordRelease+parity, a word of the recursive-doubling signals that flat
+// teams do not use.
+//
 // A message is a header of four little-endian uint64 (see header)
 // followed by a payload of up to payloadCap bytes.
 const (
@@ -68,6 +84,18 @@ const (
 	ctlWords    = 40           // control words before the message buffers
 	scratchOff  = 8 * ctlWords // byte offset of the message buffers in the area
 	seqBytes    = 8            // a flat buffer's sequence word, before its message
+	wordRelease = wordSignals  // and +1: the release of the gathered exchange of parity 0 and 1 (flat teams only)
+
+	relayMin = 4 // the smallest team that gathers: on 3, 4 messages in two hops are no faster than 6 in one
+	// relayBudget is the most bytes a relay region takes from the
+	// scratch, both parities, and relayMaxSlot the largest slot: member
+	// 0's release of n slots is one put per member, so a message of up
+	// to 4 KiB costs less through member 0 than flat on 4 members over
+	// TCP (docs/collectives.md, "Crossovers").
+	relayBudget  = 40960
+	relayMaxSlot = 4160
+	relayHead    = 16      // the sequence and length words before a relay slot's message
+	relayLong    = 1 << 62 // the length word member 0 writes for a member whose message is long
 )
 
 // geometry is the shape of an exchange over n members.
@@ -89,12 +117,22 @@ type geometry struct {
 	slots              int // message buffers per parity
 	slotBytes          int // bytes of one message buffer, its sequence word included
 	seq                int // bytes before the message in a buffer: seqBytes on flat teams, else 0
+	// relay says that the team's first exchange of a call gathers
+	// (exchangeGather): a flat team of relayMin or more members that
+	// spans hosts. The relay region starts at byte relayOff of the
+	// scratch, after the message buffers.
+	relay     bool
+	relayOff  int
+	relaySlot int // bytes of a relay slot: sequence word, length word, header, payload
 }
 
 // flatMax is the largest team that exchanges flat.
 const flatMax = 8
 
-func newGeometry(n, scratch int) geometry {
+// newGeometry is the geometry of a team of n members with scratch
+// bytes of message buffers; far says that the team spans hosts (every
+// member answers alike).
+func newGeometry(n, scratch int, far bool) geometry {
 	g := geometry{n: n, p2: 1}
 	for g.p2*2 <= n {
 		g.p2 *= 2
@@ -106,6 +144,12 @@ func newGeometry(n, scratch int) geometry {
 	if g.flat {
 		g.slots = n
 		g.seq = seqBytes
+		if far && n >= relayMin {
+			g.relay = true
+			g.relaySlot = min(relayBudget/(2*n)&^63, relayMaxSlot)
+			scratch -= 2 * n * g.relaySlot
+			g.relayOff = scratch
+		}
 	}
 	per := scratch / (2 * g.slots)
 	g.slotBytes = per &^ 15
@@ -127,6 +171,14 @@ func (g geometry) bufOff(parity, slot int) int { return (parity*g.slots+slot)*g.
 func (g geometry) seqWord(parity, slot int) int {
 	return ctlWords + (parity*g.slots+slot)*g.slotBytes/8
 }
+
+// relayAt is the byte offset, in the message buffers, of relay slot
+// (parity, j): its sequence word.
+func (g geometry) relayAt(parity, j int) int { return g.relayOff + (parity*g.n+j)*g.relaySlot }
+
+// relayPayload is the largest payload of a short message, one that a
+// gathered exchange relays through member 0.
+func (g geometry) relayPayload() int { return g.relaySlot - relayHead - hdrBytes }
 
 // sigWord is the index of the signal word of (parity, slot) of the
 // recursive-doubling exchange.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"sync"
 	"sync/atomic"
 
 	"github.com/goshmem/goshmem/internal/testhook"
@@ -31,6 +32,12 @@ type call struct {
 	local error
 	step  int  // the steps passed so far (reach)
 	far   bool // some member's heap is not mapped here (spansHosts, once per call)
+	nex   int  // the exchanges of this call so far
+	// relayed has bit j set when member j's message of the latest
+	// exchange is in the relay region (a gathered exchange's short
+	// message) rather than in a flat buffer (inbox).
+	relayed uint16
+	stride  int // bytes from one member's relay entry to the next (fromEntries)
 }
 
 func (c *call) begin(t *shmem.Team) error {
@@ -45,8 +52,8 @@ func (c *call) begin(t *shmem.Team) error {
 		c.bytes = area.Slice(scratchOff, area.Len())
 	}
 	c.lw, c.lb = c.words.Local(), c.bytes.Local()
-	c.g = newGeometry(c.n, len(c.lb))
 	c.far = c.spansHosts()
+	c.g = newGeometry(c.n, len(c.lb), c.far)
 	if c.g.rounds > maxRounds || c.lw == nil || c.lb == nil {
 		t.EndCollective(nil)
 		return fmt.Errorf("collective: a team of %d PEs: at most %d are supported: %w", c.n, 1<<(maxRounds+1)-1, shmem.ErrInvalid)
@@ -295,7 +302,13 @@ func (c *call) exchange(msg []byte, merge func(in []byte)) error {
 	c.lw[wordSeq] = k
 	par := int(k % 2)
 	me := c.me
+	gather := c.gathers()
+	c.nex++
+	c.relayed = 0
 	if g.flat {
+		if gather {
+			return c.exchangeGather(msg, merge, k)
+		}
 		return c.exchangeFlat(msg, merge, k)
 	}
 	if me >= g.p2 { // an extra: hand in, get the result
@@ -343,17 +356,45 @@ func (c *call) exchange(msg []byte, merge func(in []byte)) error {
 // sender's word in turn (a word seen at k stays seen: words only grow).
 func (c *call) exchangeFlat(msg []byte, merge func([]byte), k uint64) error {
 	par := int(k % 2)
+	if err := c.putFlat(msg, par, k, false); err != nil {
+		return err
+	}
+	if err := c.awaitFlat(par, k); err != nil {
+		return err
+	}
+	c.fromFlat(msg, merge)
+	return nil
+}
+
+// putFlat puts msg into this member's slot of every other member's flat
+// buffers of parity par, each PutSignal storing k into the buffer's
+// sequence word after the message.
+//
+// In a gathered exchange (relay) the message to member 0 signals this
+// member's relay slot there instead, with 2k+1 where a short message's
+// slot gets 2k: member 0 waits for one word per member and learns from
+// it which way the message came.
+func (c *call) putFlat(msg []byte, par int, k uint64, relay bool) error {
 	off := c.g.bufOff(par, c.me)
 	dst := c.bytes.Slice(off, off+len(msg))
 	sw := c.g.seqWord(par, c.me)
-	sig := c.words.Slice(sw, sw+1)
 	for s := 1; s < c.n; s++ {
-		to := c.world((c.me + s) % c.n)
-		traceSignal(c, dst, to, sw, shmem.SignalSet, k)
-		if err := shmem.PutSignal(dst, msg, sig, k, shmem.SignalSet, to); err != nil {
+		j := (c.me + s) % c.n
+		w, v := sw, k
+		if relay && j == 0 {
+			w, v = ctlWords+c.g.relayAt(par, c.me)/8, 2*k+1
+		}
+		traceSignal(c, dst, c.world(j), w, shmem.SignalSet, v)
+		if err := shmem.PutSignal(dst, msg, c.words.Slice(w, w+1), v, shmem.SignalSet, c.world(j)); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// awaitFlat waits until every other member's flat buffer of parity par
+// holds its message of exchange k.
+func (c *call) awaitFlat(par int, k uint64) error {
 	c.traceWaitExchange(par, k)
 	for s := 1; s < c.n; s++ {
 		// Member me-s put its message first into me-s+1, ..., so the
@@ -366,6 +407,12 @@ func (c *call) exchangeFlat(msg []byte, merge func([]byte), k uint64) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// fromFlat folds the other members' flat messages, in rank order, into
+// msg: merge their payloads, merge their headers.
+func (c *call) fromFlat(msg []byte, merge func([]byte)) {
 	h := readHeader(msg)
 	for j := range c.n {
 		if j == c.me {
@@ -378,13 +425,287 @@ func (c *call) exchangeFlat(msg []byte, merge func([]byte), k uint64) error {
 		h.merge(readHeader(in))
 	}
 	h.put(msg)
+}
+
+// gathers says whether the call's next exchange is gathered
+// (exchangeGather): its first, on a team with a relay region. Only the
+// first exchange of a call must take a way that every member chooses
+// alike whatever its arguments; the later ones come after an agreement
+// and follow data puts, which a flat exchange orders with a fence.
+func (c *call) gathers() bool {
+	return c.g.relay && c.nex == 0
+}
+
+// exchangeGather is exchange k on a flat team that spans hosts. A short
+// message (payload of at most relayPayload() bytes) goes through member
+// 0: 2(n-1) messages where exchangeFlat sends n(n-1), each a network
+// write whose CPU time is what a small collective costs when PEs
+// outnumber cores. A long message goes flat, as exchangeFlat's.
+//
+// A member with a short message writes its length into the first word
+// of its own flat buffer (a sequence word that no one else writes or
+// reads) and puts that word, its header and its payload into its relay
+// slot at member 0, signalling the slot's sequence word with 2k, then
+// waits for the release. A member with a long message puts it into
+// every other member's flat buffer as exchangeFlat does, the one to
+// member 0 signalling its relay slot there with 2k+1 instead, and waits
+// for every other member's flat buffer as exchangeFlat does. Member 0
+// waits for one word per member and learns from it which way each
+// message came. Every member's message of one call has the same length
+// when the members agree (Collect, whose counts may differ, sends only
+// short messages here), so member 0 sees one of three things:
+//
+//   - every message short: it releases every member with one put each of
+//     every member's entry (length, header, payload) packed at a stride
+//     that fits the longest, the stride in the first word; each member
+//     reads the others' messages there;
+//   - every message long: nothing more; it finishes flat, as the others;
+//   - some of each: the members disagree. Member 0 releases every member
+//     (the long messages' entries carry their header only), fences, then
+//     sets, in each long member, the flat sequence words of the short
+//     members to k, for which the long member waits. A long member that
+//     finds the release signalled once its flat words are there takes
+//     the headers from the release and fences its own long messages,
+//     which the short members do not wait for: they land later in flat
+//     buffers of this parity, before anything that member sends after.
+//     The verdict is an error on every member.
+//
+// Reuse of the relay slots and the release region follows exchangeFlat's
+// argument: each is written for exchange k only by a member that has
+// received the release (or, on member 0, the relay slot or the flat
+// message) of exchange k-1 from its reader, which that reader sent after
+// it had finished exchange k-2. Member 0 writes a long member's flat
+// sequence word for a short one (which it never writes otherwise) only
+// in exchange k and before that member can finish k; the short member's
+// next write of that word comes after the long member has taken part in
+// exchange k+1, so it cannot be overwritten by the older value.
+func (c *call) exchangeGather(msg []byte, merge func([]byte), k uint64) error {
+	g := c.g
+	par := int(k % 2)
+	pay := len(msg) - hdrBytes
+	short := pay <= g.relayPayload()
+	if !short {
+		if err := c.putFlat(msg, par, k, true); err != nil {
+			return err
+		}
+	} else if c.me != 0 {
+		own := g.bufOff(par, c.me)
+		if &msg[0] != &c.lb[own] {
+			copy(c.lb[own:], msg) // message() builds it here: only a caller's own buffer is copied
+		}
+		binary.LittleEndian.PutUint64(c.lb[own-seqBytes:], uint64(pay))
+		at := g.relayAt(par, c.me)
+		sw := ctlWords + at/8
+		d := c.bytes.Slice(at+8, at+relayHead+len(msg))
+		traceSignal(c, d, c.world(0), sw, shmem.SignalSet, 2*k)
+		if err := shmem.PutSignal(d, c.lb[own-seqBytes:own+len(msg)], c.words.Slice(sw, sw+1), 2*k, shmem.SignalSet, c.world(0)); err != nil {
+			return err
+		}
+	}
+	if c.me == 0 {
+		return c.gatherRoot(msg, merge, par, k)
+	}
+	if short {
+		c.traceWait(wordRelease+par, k)
+		if err := shmem.WaitUntil(c.words, wordRelease+par, shmem.CmpGE, k); err != nil {
+			return err
+		}
+		return c.fromRelease(msg, merge, par)
+	}
+	if err := c.awaitFlat(par, k); err != nil {
+		return err
+	}
+	if atomic.LoadUint64(&c.lw[wordRelease+par]) >= k {
+		// A mix: member 0 set the short members' words after the release.
+		if err := c.fromRelease(msg, nil, par); err != nil {
+			return err
+		}
+		return c.pe.Fence()
+	}
+	c.fromFlat(msg, merge)
 	return nil
 }
 
+// releasePool holds member 0's release buffers (gatherRoot), so that a
+// gathered exchange allocates nothing once warm.
+var releasePool = sync.Pool{New: func() any { return new([]byte) }}
+
+// gatherRoot is member 0's part of gathered exchange k, after its own
+// long message, if it has one, has gone flat.
+func (c *call) gatherRoot(msg []byte, merge func([]byte), par int, k uint64) error {
+	g := c.g
+	pay := len(msg) - hdrBytes
+	var lens [flatMax]int // the members' payload bytes; relayLong for a long one
+	lens[0] = pay
+	if pay > g.relayPayload() {
+		lens[0] = relayLong
+	}
+	c.traceWaitRelay(par, 2*k)
+	nShort, width := 0, 0
+	for j := c.n - 1; j >= 0; j-- {
+		if j > 0 {
+			w := ctlWords + g.relayAt(par, j)/8
+			if atomic.LoadUint64(&c.lw[w]) < 2*k {
+				if err := shmem.WaitUntil(c.words, w, shmem.CmpGE, 2*k); err != nil {
+					return err
+				}
+			}
+			// 2k: the slot holds a short message; 2k+1: a long one is in
+			// the flat buffer, and its header goes into the slot for a
+			// release.
+			at := g.relayAt(par, j)
+			if atomic.LoadUint64(&c.lw[w]) == 2*k && binary.LittleEndian.Uint64(c.lb[at+8:]) <= uint64(g.relayPayload()) {
+				lens[j] = int(binary.LittleEndian.Uint64(c.lb[at+8:]))
+			} else {
+				lens[j] = relayLong
+				copy(c.lb[at+relayHead:at+relayHead+hdrBytes], c.inbox(j, hdrBytes))
+			}
+		}
+		if lens[j] <= g.relayPayload() {
+			nShort++
+			width = max(width, lens[j])
+		}
+	}
+	if nShort == 0 {
+		c.fromFlat(msg, merge)
+		return nil
+	}
+	// The release: entry j (its first word unused, then length, header
+	// and, if short, payload) at j*stride, the stride in entry 0's first
+	// word; one put into every other member, starting with member 1 as
+	// every member sends to its right-hand neighbour first.
+	stride := (relayHead + hdrBytes + width + 15) &^ 15
+	bp := releasePool.Get().(*[]byte)
+	defer releasePool.Put(bp)
+	if cap(*bp) < c.n*stride {
+		*bp = make([]byte, c.n*g.relaySlot)
+	}
+	rel := (*bp)[:c.n*stride]
+	for j := range c.n {
+		e := rel[j*stride : (j+1)*stride]
+		binary.LittleEndian.PutUint64(e[8:], uint64(lens[j]))
+		body := msg
+		if j > 0 {
+			at := g.relayAt(par, j) + relayHead
+			body = c.lb[at : at+hdrBytes+lens[j]%relayLong]
+		}
+		if lens[j] == relayLong {
+			body = body[:hdrBytes]
+		}
+		copy(e[relayHead:], body)
+	}
+	binary.LittleEndian.PutUint64(rel, uint64(stride))
+	at := g.relayAt(par, 0)
+	d := c.bytes.Slice(at, at+len(rel))
+	sig := c.words.Slice(wordRelease+par, wordRelease+par+1)
+	for j := 1; j < c.n; j++ {
+		traceSignal(c, d, c.world(j), wordRelease+par, shmem.SignalSet, k)
+		if err := shmem.PutSignal(d, rel, sig, k, shmem.SignalSet, c.world(j)); err != nil {
+			return err
+		}
+	}
+	if nShort < c.n {
+		// A mix: the long members wait for flat messages that the short
+		// ones never sent. The fence puts the release before the words.
+		if err := c.pe.Fence(); err != nil {
+			return err
+		}
+		for j := 1; j < c.n; j++ {
+			if lens[j] <= g.relayPayload() {
+				continue
+			}
+			for s := range c.n {
+				if s == j || lens[s] > g.relayPayload() {
+					continue
+				}
+				w := g.seqWord(par, s)
+				traceSignal(c, c.words.Slice(w, w), c.world(j), w, shmem.SignalSet, k)
+				if err := shmem.SignalUpdate(c.words.Slice(w, w+1), k, shmem.SignalSet, c.world(j)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	c.stride = g.relaySlot // member 0 reads the others' messages in its relay slots
+	c.fromEntries(msg, merge, par, lens[:c.n])
+	return nil
+}
+
+// fromRelease ends a gathered exchange on a member other than 0 once
+// member 0's release has landed in its relay region of parity par.
+func (c *call) fromRelease(msg []byte, merge func([]byte), par int) error {
+	g := c.g
+	base := g.relayAt(par, 0)
+	stride := int(binary.LittleEndian.Uint64(c.lb[base:]))
+	if stride < relayHead+hdrBytes || stride%16 != 0 || stride > g.relaySlot {
+		return fmt.Errorf("collective: %v on a %d-PE team: member 0's release has a stride of %d bytes: %w", c.what, c.n, stride, shmem.ErrInvalid)
+	}
+	c.stride = stride
+	var lens [flatMax]int
+	for j := range c.n {
+		if j == c.me {
+			lens[j] = len(msg) - hdrBytes
+			continue
+		}
+		lens[j] = int(min(binary.LittleEndian.Uint64(c.lb[base+j*stride+8:]), relayLong))
+		if lens[j] <= g.relayPayload() && relayHead+hdrBytes+lens[j] > stride {
+			return fmt.Errorf("collective: %v on a %d-PE team: member 0's release has a %d-byte message in %d-byte entries: %w", c.what, c.n, lens[j], stride, shmem.ErrInvalid)
+		}
+	}
+	c.fromEntries(msg, merge, par, lens[:c.n])
+	return nil
+}
+
+// fromEntries folds the entries of a gathered exchange (every other
+// member's header, and payload if short; member j's at c.stride*j in
+// the relay region of parity par) into msg: the merged header, and, if
+// every message is short, the others' payloads merged in rank order and
+// their entries in inbox. When some message is long the members
+// disagree (exchangeGather), and the merged header says so even if the
+// descriptors happen to agree.
+func (c *call) fromEntries(msg []byte, merge func([]byte), par int, lens []int) {
+	h := readHeader(msg)
+	mix := false
+	for j := range c.n {
+		if lens[j] > c.g.relayPayload() {
+			mix = true
+		}
+		if j != c.me {
+			at := c.g.relayAt(par, 0) + j*c.stride + relayHead
+			h.merge(readHeader(c.lb[at : at+hdrBytes]))
+		}
+	}
+	if mix {
+		h.maxDesc = math.MaxUint64 // not a valid digest's equal: the verdict is an error
+		h.put(msg)
+		return
+	}
+	for j := range c.n {
+		if j != c.me {
+			c.relayed |= 1 << j
+		}
+	}
+	if merge != nil {
+		for j := range c.n {
+			if j != c.me && lens[j] == len(msg)-hdrBytes {
+				merge(c.inbox(j, len(msg)))
+			}
+		}
+	}
+	h.put(msg)
+}
+
 // inbox is the first n bytes of member j's message of this member's
-// latest exchange on a flat team, valid until the next exchange.
+// latest exchange on a flat team, valid until the next exchange: in its
+// relay slot after a gathered exchange that relayed it, else in its flat
+// buffer.
 func (c *call) inbox(j, n int) []byte {
-	off := c.g.bufOff(int(c.lw[wordSeq]%2), j)
+	par := int(c.lw[wordSeq] % 2)
+	if c.relayed&(1<<j) != 0 {
+		off := c.g.relayAt(par, 0) + j*c.stride + relayHead
+		return c.lb[off : off+n]
+	}
+	off := c.g.bufOff(par, j)
 	return c.lb[off : off+n]
 }
 

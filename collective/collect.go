@@ -102,7 +102,9 @@ func Collect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], n int) (total i
 	// smallest dst. When every block rode along the call is over;
 	// otherwise the blocks go by puts, as in FCollect.
 	h := c.newHeader(c.desc)
-	inMsg := c.local == nil && c.oneMessage(n*sizeOf[T]())
+	// A gathered exchange takes long messages only when they are all
+	// long (exchangeGather): there a block rides along only if short.
+	inMsg := c.local == nil && c.oneMessage(n*sizeOf[T]()) && (!c.gathers() || n*sizeOf[T]() <= c.g.relayPayload())
 	payload := 0
 	if c.local == nil {
 		h.minAux, h.sum = uint64(dst.Len()), uint64(n)

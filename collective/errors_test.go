@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/scenario"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -454,6 +455,70 @@ var _ = register("bad-env", func(pe *shmem.PE) error {
 
 func TestBadAlgorithmEnv(t *testing.T) {
 	each(t, "bad-env", []route{goroutines, processes}, []string{envAlgo + "=fastest"}, 1, 3)
+}
+
+// Across hosts, members whose counts make a long message (flat) and
+// members whose counts make a short one (through member 0) take
+// different ways through the first exchange of a call (exchangeGather):
+// each member in turn, member 0 included, passes the odd count, short
+// among long and long among short, for each one-exchange collective.
+// Every member must get ErrAsymmetric (none may hang), nothing may be
+// written into dst, and the next call on the team must succeed.
+func TestGatherMix(t *testing.T) {
+	const long, short = 1000, 3 // float64s: above and below the relay slots' payload on 4 and 5 members, within one message
+	calls := []struct {
+		name string
+		call func(t *shmem.Team, b bufs[float64], n int) error
+	}{
+		{"AllReduce", func(t *shmem.Team, b bufs[float64], n int) error {
+			return AllReduce(t, b.dst.Slice(0, n), b.src.Slice(0, n), Sum)
+		}},
+		{"Broadcast", func(t *shmem.Team, b bufs[float64], n int) error {
+			return Broadcast(t, b.dst.Slice(0, n), b.src.Slice(0, n), 1)
+		}},
+		{"FCollect", func(t *shmem.Team, b bufs[float64], n int) error {
+			return FCollect(t, b.dst.Slice(0, n*t.NPEs()), b.src.Slice(0, n))
+		}},
+		{"AllToAll", func(t *shmem.Team, b bufs[float64], n int) error {
+			return AllToAll(t, b.dst, b.src, n/t.NPEs())
+		}},
+	}
+	for _, np := range []int{4, 5} {
+		err := shmem.Run(np, func(pe *shmem.PE) error {
+			b, err := newBufs[float64](pe, long*np)
+			if err != nil {
+				return err
+			}
+			w, me := pe.World(), pe.MyPE()
+			for _, c := range calls {
+				for odd := range np {
+					for _, base := range []int{long, short * np} {
+						n, other := base, short*np
+						if base != long {
+							other = long
+						}
+						if me == odd {
+							n = other
+						}
+						fill(b.dst.Local(), sentinel[float64]())
+						if err := c.call(w, b, n); !errors.Is(err, shmem.ErrAsymmetric) {
+							return fmt.Errorf("PE %d: %s with %d elements where PE %d passes %d: %v, want ErrAsymmetric", me, c.name, n, odd, other, err)
+						}
+						if err := untouched(b.dst.Local(), 0, len(b.dst.Local())); err != nil {
+							return fmt.Errorf("PE %d: after %s with mixed counts: %w", me, c.name, err)
+						}
+						if err := checkReduce(w, b, base, Sum, -1, false, odd); err != nil {
+							return fmt.Errorf("PE %d: AllReduce after %s with mixed counts: %w", me, c.name, err)
+						}
+					}
+				}
+			}
+			return nil
+		}, shmem.WithTimeout(30*time.Second), shmem.WithHosts(scenario.Hosts("remote", np)))
+		if err != nil {
+			t.Fatalf("%d PEs: %v", np, err)
+		}
+	}
 }
 
 // A handle of another PE, as dst or as src: ErrInvalid on every member,

@@ -121,8 +121,26 @@ const (
 // The recursive-doubling geometry fits the scratch for every team size
 // the package takes, with room for at least the header.
 func TestGeometry(t *testing.T) {
-	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 16, 100, 1 << 14, 1<<15 - 1} {
-		g := newGeometry(n, scratchLen)
+	for _, tc := range []struct {
+		n   int
+		far bool
+	}{{1, false}, {2, false}, {2, true}, {3, false}, {3, true}, {4, false}, {4, true}, {5, false}, {7, true}, {8, false}, {8, true},
+		{9, false}, {9, true}, {16, false}, {100, false}, {1 << 14, false}, {1<<15 - 1, true}} {
+		n := tc.n
+		g := newGeometry(n, scratchLen, tc.far)
+		if g.relay != (tc.far && n >= relayMin && n <= flatMax) {
+			t.Fatalf("geometry(%d, far %v): relay %v", n, tc.far, g.relay)
+		}
+		if g.relay {
+			// The relay region follows the flat buffers, starts on a
+			// line, and its last slot ends inside the scratch; the
+			// release words are recursive-doubling signals, which flat
+			// teams leave alone.
+			if g.relayOff < g.bufOff(1, g.slots-1)-g.seq+g.slotBytes || g.relayOff%64 != 0 ||
+				g.relayAt(1, n-1)+g.relaySlot > scratchLen || g.relayPayload() < 208 || g.relaySlot%64 != 0 || wordRelease+1 >= ctlWords {
+				t.Fatalf("geometry(%d, far): relay region at %d of %+v", n, g.relayOff, g)
+			}
+		}
 		if g.p2 > n || 2*g.p2 <= n || g.p2+g.rem != n || g.rounds > maxRounds {
 			t.Fatalf("geometry(%d) = %+v", n, g)
 		}
@@ -144,8 +162,11 @@ func TestGeometry(t *testing.T) {
 		}
 	}
 	// docs/collectives.md quotes a 4-member team's message.
-	if g := newGeometry(4, scratchLen); g.payloadCap() != 15960 {
+	if g := newGeometry(4, scratchLen, false); g.payloadCap() != 15960 {
 		t.Fatalf("a 4-PE team's messages carry %d bytes", g.payloadCap())
+	}
+	if g := newGeometry(4, scratchLen, true); g.payloadCap() != 11800 || g.relayPayload() != 4112 {
+		t.Fatalf("a 4-PE team that spans hosts: its messages carry %d bytes, %d through member 0", g.payloadCap(), g.relayPayload())
 	}
 }
 

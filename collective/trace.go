@@ -79,6 +79,19 @@ func (c *call) traceWaitExchange(par int, k uint64) {
 	tracer.note(c.pe, traceOp{kind: tWait, pe: c.pe.MyPE(), word: ws[0], v: k, more: ws[1:]})
 }
 
+// traceWaitRelay notes member 0's wait, in a gathered exchange, for
+// every other member's relay slot of parity par, as one wait.
+func (c *call) traceWaitRelay(par int, k uint64) {
+	if tracer == nil {
+		return
+	}
+	ws := make([]int, 0, c.n-1)
+	for j := c.n - 1; j >= 1; j-- {
+		ws = append(ws, ctlWords+c.g.relayAt(par, j)/8)
+	}
+	tracer.note(c.pe, traceOp{kind: tWait, pe: c.pe.MyPE(), word: ws[0], v: k, more: ws[1:]})
+}
+
 // mutantNoEntry breaks FCollect on purpose: its pushes skip the entry
 // exchange, so they may land in a member that has not entered the call.
 // Only the ownership exploration's mutation check sets it.
