@@ -95,7 +95,7 @@ const (
 	relayBudget  = 40960
 	relayMaxSlot = 4160
 	relayHead    = 16      // the sequence and length words before a relay slot's message
-	relayLong    = 1 << 62 // the length word member 0 writes for a member whose message is long
+	relayLong    = 1 << 30 // the length word member 0 writes for a member whose message is long
 )
 
 // geometry is the shape of an exchange over n members.

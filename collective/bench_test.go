@@ -156,3 +156,31 @@ func BenchmarkCopy(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSum4 is the direct algorithm's reduction step alone: a
+// float64 Sum of four inputs into a fifth, one goroutine, with the
+// vector loops (sum_amd64.s) where the machine has them and with the Go
+// loops; bytes are one input's, as BenchmarkCopy's.
+func BenchmarkSum4(b *testing.B) {
+	was := vecSum
+	defer func() { vecSum = was }()
+	for _, v := range []bool{was, false} {
+		for _, sz := range []int{4 << 10, 256 << 10} {
+			b.Run(fmt.Sprintf("vector=%v/%s", v, sizeName(sz)), func(b *testing.B) {
+				vecSum = v
+				n := sz / 8
+				in := make([][]float64, 5)
+				for r := range in {
+					in[r] = make([]float64, n)
+				}
+				b.SetBytes(int64(sz))
+				for range b.N {
+					combine4(kFloat64, Sum, in[4], in[0], in[1], in[2], in[3])
+				}
+			})
+		}
+		if !was {
+			break
+		}
+	}
+}

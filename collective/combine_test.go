@@ -10,7 +10,23 @@ import (
 // combine4 against the serial reference (ref, written apart from
 // combine.go), for every operator a type takes, apart and with d
 // aliasing its first input (the in-place direct algorithm).
-func TestCombine4(t *testing.T) {
+func TestCombine4(t *testing.T) { eachSumLoop(t, combine4Types) }
+
+// eachSumLoop runs f with the float64 sums' vector loops (sum_amd64.s),
+// where the machine has them, and with the Go loops.
+func eachSumLoop(t *testing.T, f func(t *testing.T)) {
+	was := vecSum
+	defer func() { vecSum = was }()
+	for _, v := range []bool{was, false} {
+		vecSum = v
+		t.Run(fmt.Sprintf("vector=%v", v), f)
+		if !was {
+			break
+		}
+	}
+}
+
+func combine4Types(t *testing.T) {
 	check4[int8](t)
 	check4[int32](t)
 	check4[int64](t)
@@ -24,7 +40,12 @@ func TestCombine4(t *testing.T) {
 }
 
 func check4[T shmem.Elem](t *testing.T) {
-	const n = 37
+	for _, n := range []int{0, 7, 8, 37, 64, 1003} {
+		check4n[T](t, n)
+	}
+}
+
+func check4n[T shmem.Elem](t *testing.T, n int) {
 	k := kindOf[T]()
 	for _, op := range allOps {
 		if !valid[T](op) {
@@ -56,10 +77,12 @@ func check4[T shmem.Elem](t *testing.T) {
 	}
 }
 
-// combine against the serial reference at every length 0-9 and 37 (the
-// loops step four elements, then finish one at a time), apart and with
-// d aliasing either input.
-func TestCombine(t *testing.T) {
+// combine against the serial reference at every length 0-9 and some
+// longer (the Go loops step four elements, the vector loops eight, then
+// each finishes one at a time), apart and with d aliasing either input.
+func TestCombine(t *testing.T) { eachSumLoop(t, combineTypes) }
+
+func combineTypes(t *testing.T) {
 	check2[int8](t)
 	check2[int64](t)
 	check2[uint16](t)
@@ -71,7 +94,7 @@ func TestCombine(t *testing.T) {
 
 func check2[T shmem.Elem](t *testing.T) {
 	k := kindOf[T]()
-	for _, n := range []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 37} {
+	for _, n := range []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 37, 1003} {
 		for _, op := range allOps {
 			if !valid[T](op) {
 				continue
