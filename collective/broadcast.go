@@ -121,9 +121,6 @@ func broadcastPair[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) error
 		return c.await(wordRingIn, base+1)
 	}
 	sl := src.Local()
-	if dst.Offset() != src.Offset() {
-		copyElems(dst.Local()[:n], sl[:n])
-	}
 	other := c.world(1 - c.me)
 	per := max(1, pairPiece/sizeOf[T]())
 	off := 0
@@ -135,7 +132,15 @@ func broadcastPair[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) error
 	}
 	sig := c.words.Slice(wordRingIn, wordRingIn+1)
 	traceSignal(c, dst.Slice(off, n), other, wordRingIn, shmem.SignalSet, base+1)
-	return shmem.PutSignal(dst.Slice(off, n), sl[off:n], sig, base+1, shmem.SignalSet, other)
+	if err := shmem.PutSignal(dst.Slice(off, n), sl[off:n], sig, base+1, shmem.SignalSet, other); err != nil {
+		return err
+	}
+	// The root's own copy comes last, while the other member takes in
+	// the data: not before the data leaves.
+	if dst.Offset() != src.Offset() {
+		copyElems(dst.Local()[:n], sl[:n])
+	}
+	return nil
 }
 
 // pairPiece is the most broadcastPair puts at once. Over TCP one 2 MiB
@@ -153,8 +158,8 @@ const pairPiece = 1 << 20
 // the root's link carry the vector once per member: after the entry
 // exchange the root puts chunk j of its src (partition), and its own
 // chunk, into member j's dst; after a middle exchange every other member
-// puts its chunk into the dst of every member but the root, which copied
-// its whole src itself; then the exit exchange. Each member sends about
+// puts its chunk into the dst of every member but the root, which copies
+// its whole src itself meanwhile; then the exit exchange. Each member sends about
 // 2/n of the vector, the root included.
 func broadcastScatter[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) error {
 	if _, err := c.sync(); err != nil {
@@ -163,7 +168,6 @@ func broadcastScatter[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) er
 	n := src.Len()
 	if c.me == root {
 		sl := src.Local()
-		copyElems(dst.Local()[:n], sl[:n])
 		rlo, rhi := partition(n, c.n, root)
 		for s := 1; s < c.n; s++ {
 			j := (c.me + s) % c.n
@@ -200,6 +204,10 @@ func broadcastScatter[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) er
 		if err := c.complete(); err != nil {
 			return err
 		}
+	} else {
+		// The root copies its src into its own dst while the others
+		// exchange their chunks (no one else writes the root's dst).
+		copyElems(dst.Local()[:n], src.Local()[:n])
 	}
 	_, err := c.sync()
 	return err
