@@ -274,9 +274,11 @@ func (c *call) verdict(h header) error {
 		c.what, c.n, shmem.ErrAsymmetric)
 }
 
-// exchange is one exchange over the team, flat or by recursive
-// doubling (geometry). msg holds this member's header (first hdrBytes)
-// and payload; on return it holds the merged header and the payload as
+// exchange is one exchange over the team: flat, gathered through member
+// 0 (a call's first on a team of 4 to 8 that spans hosts:
+// exchangeGather) or by recursive doubling (geometry). msg holds this
+// member's header (first hdrBytes) and payload; on return it holds the
+// merged header and the payload as
 // merge left it. merge is called with each message received (header and
 // payload, as long as msg) and must fold its payload into msg's; it sees
 // msg's header before the received one is merged in. merge may be nil
@@ -436,7 +438,8 @@ func (c *call) gathers() bool {
 	return c.g.relay && c.nex == 0
 }
 
-// exchangeGather is exchange k on a flat team that spans hosts. A short
+// exchangeGather is exchange k on a flat team of relayMin or more
+// members that spans hosts. A short
 // message (payload of at most relayPayload() bytes) goes through member
 // 0: 2(n-1) messages where exchangeFlat sends n(n-1), each a network
 // write whose CPU time is what a small collective costs when PEs
