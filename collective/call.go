@@ -439,11 +439,11 @@ func (c *call) gathers() bool {
 }
 
 // exchangeGather is exchange k on a flat team of relayMin or more
-// members that spans hosts. A short
-// message (payload of at most relayPayload() bytes) goes through member
-// 0: 2(n-1) messages where exchangeFlat sends n(n-1), each a network
-// write whose CPU time is what a small collective costs when PEs
-// outnumber cores. A long message goes flat, as exchangeFlat's.
+// members that spans hosts. A short message (payload of at most
+// relayPayload() bytes) goes through member 0: 2(n-1) messages where
+// exchangeFlat sends n(n-1), each a network write whose CPU time is
+// what a small collective costs when PEs outnumber cores. A long message
+// goes flat, as exchangeFlat's.
 //
 // A member with a short message writes its length into the first word
 // of its own flat buffer (a sequence word that no one else writes or
