@@ -16,14 +16,18 @@ package collective
 //	           on every member; written and read by the member only
 //	3          ring progress of this member's left neighbour: it stores
 //	           the count of ring steps it has finished; waits are for
-//	           word >= a count. Only grows.
+//	           word >= a count. Only grows. (Also the root's signal of a
+//	           Broadcast across hosts: the chunk it sent landed.)
 //	4..6       recursive halving (reduceHalving): word 4+r is written by
 //	           the partner at distance 2^r only, which stores counts
 //	           from a per-call base; waits are for word >= a count.
 //	           Only grow.
-//	7          gathers this member has received as the root of the
-//	           Reduce ring (reduceRootRing): every other member adds 1
-//	           after its chunk; waits are for word >= a count. Only grows.
+//	7          pushes this member has received that it counts: as the
+//	           root of the Reduce ring (reduceRootRing) every other member
+//	           adds 1 after its chunk; in a Broadcast across hosts
+//	           (broadcastScatter) every chunk into this member's dst adds
+//	           1 after it. Waits are for word >= a base read before the
+//	           entry exchange plus a count. Only grows.
 //	8..39      signal words of the recursive-doubling exchange: word
 //	           8 + 16*parity + slot, where parity is k%2 and slot is PRE
 //	           (0, written by the extra member paired with this one), POST

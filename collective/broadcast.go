@@ -2,6 +2,7 @@ package collective
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/goshmem/goshmem/shmem"
 )
@@ -155,60 +156,67 @@ const pairPiece = 1 << 20
 
 // broadcastScatter is scatter + allgather, for teams that span hosts,
 // where every member reading the root's src (broadcastDirect) would make
-// the root's link carry the vector once per member: after the entry
-// exchange the root puts chunk j of its src (partition), and its own
-// chunk, into member j's dst; after a middle exchange every other member
-// puts its chunk into the dst of every member but the root, which copies
-// its whole src itself meanwhile; then the exit exchange. Each member sends about
-// 2/n of the vector, the root included.
+// the root's link carry the vector once per member. After the entry
+// exchange the root puts chunk j of its src (partition) into member j's
+// dst, signalling j's word 3 with the call's step value, then its own
+// chunk, adding 1 to j's word 7; it then copies its whole src into its
+// own dst and returns. Member j, once its chunk is there, puts it into
+// the dst of every member but the root and itself, each put adding 1 to
+// that member's word 7, and returns once its word 7 has grown by n-1
+// since before the entry exchange (the root's chunk and the n-2 others'):
+// a pushing algorithm (docs/collectives.md, "The ownership rule"), every
+// write into a member's dst counted by that member, so there is no
+// middle or exit exchange. Each member sends about 2/n of the vector,
+// the root included. An empty chunk is still sent, as its signal alone,
+// so the counts are the same at every size.
+//
+// Word 7 is quiet when a call begins: every add into it of an earlier
+// call (this one's, a Reduce's gather) was awaited by its owner before
+// that call returned, and none of this call's comes before the entry
+// exchange, so g0, read before it, is the base.
 func broadcastScatter[T shmem.Elem](c *call, dst, src shmem.Sym[T], root int) error {
+	g0 := atomic.LoadUint64(&c.lw[wordGather])
 	if _, err := c.sync(); err != nil {
 		return err
 	}
 	n := src.Len()
+	base := c.lw[wordStepSeq]
+	c.lw[wordStepSeq] = base + 1
+	chunkSig := c.words.Slice(wordRingIn, wordRingIn+1)
+	countSig := c.words.Slice(wordGather, wordGather+1)
 	if c.me == root {
 		sl := src.Local()
 		rlo, rhi := partition(n, c.n, root)
 		for s := 1; s < c.n; s++ {
 			j := (c.me + s) % c.n
+			w := c.world(j)
 			lo, hi := partition(n, c.n, j)
-			for _, r := range [][2]int{{lo, hi}, {rlo, rhi}} {
-				if r[1] > r[0] {
-					traceRange(c, tWrite, dst, r[0], r[1], c.world(j))
-					if err := shmem.Put(dst.Slice(r[0], r[1]), sl[r[0]:r[1]], c.world(j)); err != nil {
-						return err
-					}
-				}
+			traceSignal(c, dst.Slice(lo, hi), w, wordRingIn, shmem.SignalSet, base+1)
+			if err := shmem.PutSignal(dst.Slice(lo, hi), sl[lo:hi], chunkSig, base+1, shmem.SignalSet, w); err != nil {
+				return err
 			}
-		}
-		if err := c.complete(); err != nil {
-			return err
-		}
-	}
-	if _, err := c.sync(); err != nil {
-		return err
-	}
-	if c.me != root {
-		lo, hi := partition(n, c.n, c.me)
-		mine := dst.Local()[lo:hi]
-		for s := 1; s < c.n; s++ {
-			j := (c.me + s) % c.n
-			if j == root || hi == lo {
-				continue
-			}
-			traceRange(c, tWrite, dst, lo, hi, c.world(j))
-			if err := shmem.Put(dst.Slice(lo, hi), mine, c.world(j)); err != nil {
+			traceSignal(c, dst.Slice(rlo, rhi), w, wordGather, shmem.SignalAdd, 1)
+			if err := shmem.PutSignal(dst.Slice(rlo, rhi), sl[rlo:rhi], countSig, 1, shmem.SignalAdd, w); err != nil {
 				return err
 			}
 		}
-		if err := c.complete(); err != nil {
+		copyElems(dst.Local()[:n], sl[:n])
+		return nil
+	}
+	if err := c.await(wordRingIn, base+1); err != nil {
+		return err
+	}
+	lo, hi := partition(n, c.n, c.me)
+	mine := dst.Local()[lo:hi]
+	for s := 1; s < c.n; s++ {
+		j := (c.me + s) % c.n
+		if j == root {
+			continue
+		}
+		traceSignal(c, dst.Slice(lo, hi), c.world(j), wordGather, shmem.SignalAdd, 1)
+		if err := shmem.PutSignal(dst.Slice(lo, hi), mine, countSig, 1, shmem.SignalAdd, c.world(j)); err != nil {
 			return err
 		}
-	} else {
-		// The root copies its src into its own dst while the others
-		// exchange their chunks (no one else writes the root's dst).
-		copyElems(dst.Local()[:n], src.Local()[:n])
 	}
-	_, err := c.sync()
-	return err
+	return c.await(wordGather, g0+uint64(c.n-1))
 }

@@ -43,10 +43,13 @@ type ownCase struct {
 	call  func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error
 }
 
-const ownLen = 40 // elements of src: above the scratch payload on every size, so the paths below are taken
+const ownLen = 4096 // elements of src (32 KiB): above one scratch message on every team size (31960 bytes on 2 members), so the paths below are taken
 
 var ownCases = []ownCase{
 	{"FCollect (entry exchange, pushes, exit exchange)", "direct", "", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
+		return FCollect(t, dst, src)
+	}},
+	{"FCollect, hosts apart (gathered entry exchange, pushes, exit exchange)", "direct", "remote", 4, true, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
 		return FCollect(t, dst, src)
 	}},
 	{"Broadcast direct (root n-1)", "direct", "", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
@@ -466,7 +469,15 @@ func TestExploreOwnershipMutantRootRing(t *testing.T) {
 // (mutantExchangeSkip) is no longer a barrier: FCollect's entry exchange
 // lets a member push into a member that has not entered the call.
 func TestExploreOwnershipMutantExchange(t *testing.T) {
-	exploreMutant(t, "FCollect", 3, &mutantExchangeSkip, "writes PE", "the exchange without one wait")
+	exploreMutant(t, "FCollect (entry exchange", 3, &mutantExchangeSkip, "writes PE", "the exchange without one wait")
+}
+
+// TestExploreOwnershipMutantGather: a gathered exchange whose member 0
+// releases the others without waiting for member 1 (mutantGatherSkip,
+// in the recorded program) is no longer a barrier: FCollect's pushes
+// may land in member 1 before it has entered the call.
+func TestExploreOwnershipMutantGather(t *testing.T) {
+	exploreMutant(t, "FCollect, hosts apart", 4, &mutantGatherSkip, "writes PE", "the gathered exchange without one wait")
 }
 
 // exploreMutant records the case whose name starts with prefix on n

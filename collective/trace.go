@@ -87,10 +87,18 @@ func (c *call) traceWaitRelay(par int, k uint64) {
 	}
 	ws := make([]int, 0, c.n-1)
 	for j := c.n - 1; j >= 1; j-- {
-		ws = append(ws, ctlWords+c.g.relayAt(par, j)/8)
+		if !mutantGatherSkip || j != 1 {
+			ws = append(ws, ctlWords+c.g.relayAt(par, j)/8)
+		}
 	}
 	tracer.note(c.pe, traceOp{kind: tWait, pe: c.pe.MyPE(), word: ws[0], v: k, more: ws[1:]})
 }
+
+// mutantGatherSkip breaks the gathered exchange's recorded program on
+// purpose: member 0's wait leaves out member 1's slot, so it may release
+// the others before member 1 has entered. Only the ownership
+// exploration's mutation check sets it.
+var mutantGatherSkip bool
 
 // mutantNoEntry breaks FCollect on purpose: its pushes skip the entry
 // exchange, so they may land in a member that has not entered the call.
