@@ -24,9 +24,10 @@ package collective
 //	           Only grow.
 //	7          pushes this member has received that it counts: as the
 //	           root of the Reduce ring (reduceRootRing) every other member
-//	           adds 1 after its chunk; in a Broadcast across hosts
-//	           (broadcastScatter) every chunk into this member's dst adds
-//	           1 after it. Waits are for word >= a base read before the
+//	           adds 1 after its chunk; in a Broadcast or an FCollect
+//	           across hosts (broadcastScatter, fcollectPush) every put
+//	           into this member's dst adds 1 after it. Waits are for
+//	           word >= a base read before the
 //	           entry exchange plus a count. Only grows.
 //	8..39      signal words of the recursive-doubling exchange: word
 //	           8 + 16*parity + slot, where parity is k%2 and slot is PRE

@@ -2,6 +2,7 @@ package collective
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/goshmem/goshmem/shmem"
 )
@@ -31,6 +32,9 @@ func FCollect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T]) (err error) {
 	if c.local == nil && c.oneMessage(n*sizeOf[T]()) {
 		return fcollectFlat(&c, dst, src)
 	}
+	if c.far {
+		return fcollectPush(&c, dst, src)
+	}
 	if !mutantNoEntry {
 		if _, err := c.sync(); err != nil {
 			return err
@@ -41,6 +45,33 @@ func FCollect[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T]) (err error) {
 	}
 	_, err = c.sync()
 	return err
+}
+
+// fcollectPush is FCollect on a team that spans hosts, for blocks that
+// do not fit one message: after the entry exchange every member puts its
+// src into every other member's dst, each put adding 1 to that member's
+// word 7, copies it into its own, and returns once its word 7 has grown
+// by n-1 since before the entry exchange. Every write into a member's
+// dst is counted by that member, so, as in broadcastScatter, there is no
+// exit exchange, which over TCP is a round of messages.
+func fcollectPush[T shmem.Elem](c *call, dst, src shmem.Sym[T]) error {
+	g0 := atomic.LoadUint64(&c.lw[wordGather]) // quiet: see broadcastScatter
+	if _, err := c.sync(); err != nil {
+		return err
+	}
+	n := src.Len()
+	v := src.Local()[:n]
+	d := dst.Slice(c.me*n, (c.me+1)*n)
+	count := c.words.Slice(wordGather, wordGather+1)
+	for s := 1; s < c.n; s++ {
+		w := c.world((c.me + s) % c.n)
+		traceSignal(c, d, w, wordGather, shmem.SignalAdd, 1)
+		if err := shmem.PutSignal(d, v, count, 1, shmem.SignalAdd, w); err != nil {
+			return err
+		}
+	}
+	copyElems(dst.Local()[c.me*n:(c.me+1)*n], v)
+	return c.await(wordGather, g0+uint64(c.n-1))
 }
 
 // fcollectFlat is FCollect through a flat team's scratch, for blocks

@@ -49,7 +49,7 @@ var ownCases = []ownCase{
 	{"FCollect (entry exchange, pushes, exit exchange)", "direct", "", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
 		return FCollect(t, dst, src)
 	}},
-	{"FCollect, hosts apart (gathered entry exchange, pushes, exit exchange)", "direct", "remote", 4, true, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
+	{"FCollect, hosts apart (gathered entry exchange, counted pushes)", "direct", "remote", 4, true, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
 		return FCollect(t, dst, src)
 	}},
 	{"Broadcast direct (root n-1)", "direct", "", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
