@@ -587,13 +587,14 @@ func (c *call) gatherRoot(msg []byte, merge func([]byte), par int, k uint64) err
 	for j := range c.n {
 		e := rel[j*stride : (j+1)*stride]
 		binary.LittleEndian.PutUint64(e[8:], uint64(lens[j]))
-		body := msg
+		pl := lens[j] // the payload the entry carries: none for a long message
+		if pl == relayLong {
+			pl = 0
+		}
+		body := msg[:hdrBytes+pl]
 		if j > 0 {
 			at := g.relayAt(par, j) + relayHead
-			body = c.lb[at : at+hdrBytes+lens[j]%relayLong]
-		}
-		if lens[j] == relayLong {
-			body = body[:hdrBytes]
+			body = c.lb[at : at+hdrBytes+pl]
 		}
 		copy(e[relayHead:], body)
 	}
