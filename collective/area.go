@@ -23,8 +23,8 @@ package collective
 //	           from a per-call base; waits are for word >= a count.
 //	           Only grow.
 //	7          pushes this member has received that it counts: as the
-//	           root of the Reduce ring (reduceRootRing) every other member
-//	           adds 1 after its chunk; in a Broadcast or an FCollect
+//	           member of a Reduce chain (reduceChain) its upstream member
+//	           adds 1 after each piece; in a Broadcast or an FCollect
 //	           across hosts (broadcastScatter, fcollectPush) every put
 //	           into this member's dst adds 1 after it. Waits are for
 //	           word >= a base read before the

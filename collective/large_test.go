@@ -82,10 +82,11 @@ var _ = register("large", func(pe *shmem.PE) error {
 // several pieces: lengths whose halves are one piece exactly, one piece
 // and an element, and two and a half pieces (an odd length, so the
 // halves differ), of an 8-byte and a 4-byte type, back to back with the
-// result checked and src refilled between calls; and Reduce to either
-// root (reduceRootRing's two members), whose whole vector goes in
-// pieces of the same size: two exactly, two and an element (three
-// pieces), five and an element (six).
+// result checked and src refilled between calls; and Reduce to every
+// root (reduceChain), whose whole vector goes along the chain in pieces
+// of the same size: two exactly, two and an element (three pieces), five
+// and an element (six). On three members a middle of the chain lands
+// each piece in its dst, folds and passes it on, and restores its dst.
 var _ = register("pair-pieces", func(pe *shmem.PE) error {
 	per := pairPieceBytes / 8 // float64 elements in a piece
 	lens := []int{2 * per, 2*per + 2, 5*per + 1}
@@ -105,7 +106,7 @@ var _ = register("pair-pieces", func(pe *shmem.PE) error {
 		if err := checkReduce(t, bi, 2*n, Xor, -1, false, 600+i); err != nil {
 			return fmt.Errorf("AllReduce(Xor) int32 of %d: %w", 2*n, err)
 		}
-		for root := range 2 {
+		for root := range t.NPEs() {
 			if err := checkReduce(t, bf, n, Sum, root, false, 700+10*i+root); err != nil {
 				return fmt.Errorf("Reduce(Sum) float64 of %d to %d: %w", n, root, err)
 			}
@@ -118,7 +119,7 @@ var _ = register("pair-pieces", func(pe *shmem.PE) error {
 })
 
 func TestLarge(t *testing.T) {
-	each(t, "pair-pieces", []route{tcp}, nil, 2)
+	each(t, "pair-pieces", []route{tcp}, nil, 2, 3)
 	each(t, "large", []route{goroutines}, nil, 1, 4)
 	each(t, "large", []route{goroutines}, []string{envAlgo + "=ring"}, 3)
 	each(t, "large", []route{goroutines}, []string{envAlgo + "=halving"}, 4)

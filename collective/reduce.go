@@ -60,26 +60,26 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 		return reduceRD(&c, k, dst, src, op, root)
 	}
 	far := c.algo == algoAuto && c.far
-	// Reduce by the ring across hosts (reduceRootRing) lands the
-	// reduce-scatter in every member's dst, and a non-root's dst must be
-	// as it was when the call returns: such a member saves it before the
-	// entry exchange lets anyone write it. Whether the path is taken is
-	// known only after that exchange (every member must have dst apart
-	// from src); when it is not, nobody wrote the dst and the copy is
-	// dropped.
-	rootRing := root >= 0 && c.n > 1 && (far || c.algo == algoPushRing)
+	// Reduce by the chain across hosts (reduceChain) lands the vector
+	// in the dst of every member but the first of the chain, and a
+	// non-root's dst must be as it was when the call returns: a middle
+	// member saves it before the entry exchange lets anyone write it.
+	// Whether the path is taken is known only after that exchange
+	// (every member must have dst apart from src); when it is not,
+	// nobody wrote the dst and the copy is dropped.
+	chain := root >= 0 && c.n > 1 && (far || c.algo == algoPushRing)
 	var saved *dstCopy[T]
-	var g0 uint64 // the root's gather word
-	switch {
-	case rootRing && c.n > 2 && c.me != root && !overlaps(dst, src):
-		saved = saveDst(&c, dst, n)
-		defer saved.release()
-	case rootRing && c.me == root:
-		// Every gather of the calls before was awaited, and none of
+	var g0 uint64 // this member's gather word
+	if pos := chainPos(c.n, root, c.me); chain && pos > 0 {
+		// Every push of the calls before was awaited, and none of
 		// this call's can come before the entry exchange. (An error
 		// here goes to every member through that exchange.)
 		g0, err = shmem.SignalFetch(c.words.Slice(wordGather, wordGather+1))
 		c.fail(err)
+		if pos < c.n-1 && !overlaps(dst, src) {
+			saved = saveDst(&c, dst, n)
+			defer saved.release()
+		}
 	}
 	// The entry exchange of the large algorithms. Its header's minimum
 	// aux is 1 when no member reduces in place: then the others' dst
@@ -95,8 +95,8 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	}
 	apart := h.minAux == 1
 	switch {
-	case root >= 0 && apart && rootRing:
-		return reduceRootRing(&c, k, dst, src, op, root, g0, saved)
+	case root >= 0 && apart && chain:
+		return reduceChain(&c, k, dst, src, op, root, g0, saved)
 	case root >= 0:
 	case c.n == 2 && far && apart:
 		return reducePair(&c, k, dst, src, op)
@@ -354,7 +354,7 @@ func reducePair[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) err
 }
 
 // pairPieces is how many pieces reducePair cuts a half of b bytes into,
-// and reduceRootRing a 2-member Reduce's vector of b bytes: pieces of up
+// and reduceChain a vector of b bytes: pieces of up
 // to pairPieceBytes. Over TCP, 2 PEs, alternated with the
 // single-piece version in two sittings (docs/collectives.md), 512 KiB
 // pieces made 2 to 16 MiB AllReduces 8 to 31 % faster; 256 KiB ones were
@@ -441,20 +441,10 @@ func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) err
 // so, once its own last chunk has landed, it may return.
 func reducePushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) error {
 	// The last write into this member's dst is its left neighbour's
-	// last step, awaited there, and its own last write into its right
+	// last step, awaited here, and its own last write into its right
 	// neighbour's dst is awaited by it: no exit exchange.
-	return pushRing(c, k, dst, src, op, 2*(c.n-1), nil)
-}
-
-// pushRing runs steps 0..steps-1 of ringStep with pushes: in each a
-// member puts the chunk it passes on into its right neighbour's dst
-// (from its src in step 0) with the signal in the same PutSignal, waits
-// for its left neighbour's, and in the reduce-scatter (the first n-1
-// steps) folds its src into what landed. All of the ring (AllReduce) or
-// its reduce-scatter (Reduce, reduceRootRing). beforeLast, when set, runs
-// before the last wait (a mutation check's hook).
-func pushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, steps int, beforeLast func()) error {
 	n, np := src.Len(), c.n
+	steps := 2 * (np - 1)
 	base := c.lw[wordStepSeq]
 	c.lw[wordStepSeq] = base + uint64(steps)
 	right := c.world((c.me + 1) % np)
@@ -470,9 +460,6 @@ func pushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, steps
 		traceSignal(c, dst.Slice(lo, hi), right, wordRingIn, shmem.SignalSet, base+uint64(s)+1)
 		if err := shmem.PutSignal(dst.Slice(lo, hi), from, sig, base+uint64(s)+1, shmem.SignalSet, right); err != nil {
 			return err
-		}
-		if beforeLast != nil && s == steps-1 {
-			beforeLast()
 		}
 		if err := c.await(wordRingIn, base+uint64(s)+1); err != nil {
 			return err
@@ -579,118 +566,88 @@ func reduceHalving[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) 
 	return nil
 }
 
-// reduceRootRing is Reduce on a team that spans hosts (or under
-// GOSHMEM_COLLECTIVE_ALGO=pushring), when no member reduces in place:
-// the reduce-scatter of the pushing ring (ringStep's steps 0..n-2, as
-// in reducePushRing), after which member i holds chunk i finished in
-// its dst, then a gather: every member but the root puts its chunk into
-// the root's dst with one PutSignal, adding 1 to the root's wordGather,
-// and the root waits once for all of them. Each member sends (n-1)/n of
-// the vector in the reduce-scatter and 1/n in the gather, with one wait
-// per step, against the direct algorithm's Get of every remote chunk
-// (a round trip each) and its exit exchange.
+// reduceChain is Reduce on a team that spans hosts (or under
+// GOSHMEM_COLLECTIVE_ALGO=pushring), when no member reduces in place: a
+// pipelined chain. The members in the order root+1, root+2, ..., root-1,
+// root (positions 0..n-1) pass the vector along in pairPieces pieces:
+// position 0 puts piece i of its src into position 1's dst; position p
+// (1..n-2) waits for piece i to land in its own dst, folds its src in
+// (what landed op mine) and puts the piece on into position p+1's dst;
+// the root folds its src into each piece as it lands. Every put is a
+// PutSignal adding 1 to the receiver's wordGather (one writer per word:
+// its upstream neighbour), which the receiver read before the entry
+// exchange; operations to one PE apply in order (docs/memory-model.md),
+// so base+1+i says pieces 0..i landed. On two members this is the
+// non-root's whole src into the root's dst, folded there piece by piece.
 //
-// On two members the non-root instead puts its whole src into the
-// root's dst (one PutSignal, adding 1 to wordGather) and the root folds
-// its own src in: one vector through the link against the ring's one
-// and a half, and no landing space on the non-root. Over loopback TCP,
-// where every byte costs two kernel copies on the same two cores, that
-// measured faster (1 MiB: 428 against 600 µs, 836 against 974 in a
-// busier minute, alternating builds).
+// Each member sends the vector once, n-1 vectors through links in all:
+// the fewest bytes a Reduce can move when every member's data must
+// leave it, against 1+1/n vectors each way of the ring reduce-scatter
+// and gather it replaced, and no exit exchange: every write is awaited
+// by its target inside the call.
 //
-// The reduce-scatter lands in every member's dst; a non-root's dst must
-// be as it was when the call returns, so the member copied the chunks
-// that will land (all but ringUnwritten) before the entry exchange
-// (saved) and writes them back once its last chunk has landed and its
-// gather put has returned: nothing writes its dst after that.
-//
-// The root's dst: chunk c lands there once in the reduce-scatter, and
-// the root sends it on (reading it) in the next step; the owner of c
-// finishes it only after that send has landed further along the ring,
-// so its gather write comes after the root has done with the chunk. Its
-// own chunk needs no gather, and chunk ringUnwritten lands only by it.
-// g0 is the root's wordGather, read before the entry exchange.
-func reduceRootRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int, g0 uint64, saved *dstCopy[T]) error {
+// The middle positions' dst is landing space; a non-root's dst must be
+// as it was when the call returns, so they copied it before the entry
+// exchange (saved) and write it back once the last piece has landed and
+// been put on (the put has returned, so it no longer reads the dst):
+// nothing writes their dst after that. g0 is this member's wordGather,
+// read before the entry exchange.
+func reduceChain[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int, g0 uint64, saved *dstCopy[T]) error {
 	n, np := src.Len(), c.n
+	pos := chainPos(np, root, c.me)
+	parts := pairPieces(n * sizeOf[T]())
 	gsig := c.words.Slice(wordGather, wordGather+1)
-	if np == 2 {
-		// The other member's whole src into the root's dst, which the
-		// root then folds its own src into (other's op mine), in the
-		// pieces of reducePair, each a PutSignal adding 1 to the root's
-		// wordGather: the root folds piece i as soon as the count says
-		// it landed (operations to one PE apply in order), while the
-		// next pieces are still on the way.
-		parts := pairPieces(n * sizeOf[T]())
-		if c.me != root {
-			sl := src.Local()[:n]
-			for i := range parts {
-				plo, phi := partition(n, parts, i)
-				traceSignal(c, dst.Slice(plo, phi), c.world(root), wordGather, shmem.SignalAdd, 1)
-				if err := shmem.PutSignal(dst.Slice(plo, phi), sl[plo:phi], gsig, 1, shmem.SignalAdd, c.world(root)); err != nil {
-					return err
-				}
+	next := c.world((c.me + 1) % np)
+	dl, sl := dst.Local(), src.Local()
+	for i := range parts {
+		plo, phi := partition(n, parts, i)
+		from := sl[plo:phi]
+		if pos > 0 {
+			if mutantChainEarlyRestore && saved != nil && i == parts-1 {
+				saved.restore(c, dst)
 			}
-			return nil
-		}
-		dl, sl := dst.Local(), src.Local()
-		for i := range parts {
 			if err := c.await(wordGather, g0+1+uint64(i)); err != nil {
 				return err
 			}
-			plo, phi := partition(n, parts, i)
 			combine(k, op, dl[plo:phi], dl[plo:phi], sl[plo:phi])
+			from = dl[plo:phi]
 		}
-		return nil
+		if pos == np-1 {
+			continue
+		}
+		traceSignal(c, dst.Slice(plo, phi), next, wordGather, shmem.SignalAdd, 1)
+		if err := shmem.PutSignal(dst.Slice(plo, phi), from, gsig, 1, shmem.SignalAdd, next); err != nil {
+			return err
+		}
 	}
-	var early func()
-	if mutantRootRingEarlyRestore && saved != nil {
-		early = func() { saved.restore(c, dst) }
-	}
-	if err := pushRing(c, k, dst, src, op, np-1, early); err != nil {
-		return err
-	}
-	if c.me == root {
-		return c.await(wordGather, g0+uint64(np-1))
-	}
-	lo, hi := partition(n, np, c.me)
-	traceSignal(c, dst.Slice(lo, hi), c.world(root), wordGather, shmem.SignalAdd, 1)
-	if err := shmem.PutSignal(dst.Slice(lo, hi), dst.Local()[lo:hi], gsig, 1, shmem.SignalAdd, c.world(root)); err != nil {
-		return err
-	}
-	if !mutantRootRingEarlyRestore {
+	if saved != nil && !mutantChainEarlyRestore {
 		saved.restore(c, dst)
 	}
 	return nil
 }
 
-// dstCopy is a non-root's copy of its dst outside chunk ringUnwritten,
-// [0, lo) then [hi, n), in a buffer from savePool.
+// dstCopy is a middle member's copy of its dst[:n] (reduceChain), in a
+// buffer from savePool.
 type dstCopy[T shmem.Elem] struct {
-	buf    *[]uint64
-	lo, hi int
-	n      int
+	buf *[]uint64
+	n   int
 }
 
 // savePool holds the buffers of dstCopy, so that a Reduce across hosts
-// does not allocate (and leave to the collector) most of a vector per
-// call.
+// does not allocate (and leave to the collector) a vector per call.
 var savePool sync.Pool // *[]uint64
 
-// saveDst copies the part of dst[:n] that reduceRootRing lands on.
+// saveDst copies dst[:n], which reduceChain lands on.
 func saveDst[T shmem.Elem](c *call, dst shmem.Sym[T], n int) *dstCopy[T] {
-	lo, hi := partition(n, c.n, ringUnwritten(c.n, c.me))
-	d := &dstCopy[T]{lo: lo, hi: hi, n: n}
-	words := ((n-(hi-lo))*sizeOf[T]() + 7) / 8
+	d := &dstCopy[T]{n: n}
+	words := (n*sizeOf[T]() + 7) / 8
 	if p, _ := savePool.Get().(*[]uint64); p != nil && cap(*p) >= words {
 		d.buf = p
 	} else {
 		b := make([]uint64, words)
 		d.buf = &b
 	}
-	v := d.view()
-	dl := dst.Local()
-	copy(v, dl[:lo])
-	copy(v[lo:], dl[hi:n])
+	copy(d.view(), dst.Local()[:n])
 	if tracer != nil {
 		tracer.note(c.pe, traceOp{kind: tSave, pe: c.pe.MyPE(), word: -1})
 	}
@@ -698,7 +655,7 @@ func saveDst[T shmem.Elem](c *call, dst shmem.Sym[T], n int) *dstCopy[T] {
 }
 
 func (d *dstCopy[T]) view() []T {
-	return elems[T](bytesOf((*d.buf)[:cap(*d.buf)]), d.n-(d.hi-d.lo))
+	return elems[T](bytesOf((*d.buf)[:cap(*d.buf)]), d.n)
 }
 
 // restore writes the copy back into dst.
@@ -706,9 +663,7 @@ func (d *dstCopy[T]) restore(c *call, dst shmem.Sym[T]) {
 	if tracer != nil {
 		tracer.note(c.pe, traceOp{kind: tRestore, pe: c.pe.MyPE(), word: -1})
 	}
-	v, dl := d.view(), dst.Local()
-	copy(dl[:d.lo], v)
-	copy(dl[d.hi:d.n], v[d.lo:])
+	copy(dst.Local()[:d.n], d.view())
 }
 
 func (d *dstCopy[T]) release() {

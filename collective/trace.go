@@ -22,7 +22,7 @@ const (
 	tRead                         // ... are read
 	tSignal                       // word of the team's area of world PE pe: set to v, or v added
 	tWait                         // this member waits for its own word >= v (and every word of more)
-	tSave                         // this member saved its dst: others may land in it from here (reduceRootRing)
+	tSave                         // this member saved its dst: others may land in it from here (reduceChain)
 	tRestore                      // this member restored its dst: no one may touch it again in this call
 )
 
@@ -111,11 +111,11 @@ var mutantNoEntry bool
 // sets it.
 var mutantHalvingNoWait bool
 
-// mutantRootRingEarlyRestore breaks reduceRootRing on purpose: a
-// non-root restores its dst before its last chunk has landed, which its
-// left neighbour may then write over the restored contents. Only the
+// mutantChainEarlyRestore breaks reduceChain on purpose: a middle member
+// restores its dst before its last piece has landed, which its upstream
+// neighbour may then write over the restored contents. Only the
 // ownership exploration's mutation check sets it.
-var mutantRootRingEarlyRestore bool
+var mutantChainEarlyRestore bool
 
 // mutantExchangeSkip breaks the flat exchange's recorded schedule on
 // purpose: the trace leaves out a member's wait for the message of its
