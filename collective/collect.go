@@ -2,6 +2,7 @@ package collective
 
 import (
 	"fmt"
+	"math"
 	"sync/atomic"
 
 	"github.com/goshmem/goshmem/shmem"
@@ -212,8 +213,9 @@ const countBits = 48
 // collectMax is the largest count a member of an np-member team may give
 // Collect: np of them sum to less than 2^countBits, so the sum of the
 // counts never carries into the bits above (on a 2-PE team, 2^47-1
-// elements; on the largest team, 2^33).
-func collectMax(np int) int { return (1<<countBits - 1) / np }
+// elements; on the largest team, 2^33), and no more than an int holds
+// (math.MaxInt on a 32-bit machine).
+func collectMax(np int) int { return int(min((1<<countBits-1)/uint64(np), math.MaxInt)) }
 
 // pushAll puts v into dst[off:off+len(v)] on every member, this one
 // included, starting with the right-hand neighbour so that no member is

@@ -142,7 +142,7 @@ var errCases = []errCase{
 		return AllToAllS(t, b.dst, b.src, 0, 1, 2)
 	}},
 	{"AllToAllS huge stride", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
-		return AllToAllS(t, b.dst, b.src, 1, 1<<62, 2)
+		return AllToAllS(t, b.dst, b.src, 1, math.MaxInt/2, 2)
 	}},
 	{"AllToAll count whose n×NPEs wraps", shmem.ErrOutOfBounds, false, func(t *shmem.Team, b bufs[float64], _ bufs[complex128], me int) error {
 		return AllToAll(t, b.dst, b.src, wrapCount(t.NPEs()))

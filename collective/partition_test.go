@@ -2,6 +2,7 @@ package collective
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"testing"
 
@@ -37,8 +38,9 @@ func TestPartition(t *testing.T) {
 			}
 		}
 	}
-	if lo, hi := partition(1<<40+3, 7, 6); hi != 1<<40+3 || hi-lo != (1<<40+3)/7 {
-		t.Fatalf("partition of 2^40+3 by 7: last chunk [%d, %d)", lo, hi)
+	big := math.MaxInt/8 + 3 // 2^60+2 (2^28+2 on a 32-bit machine)
+	if lo, hi := partition(big, 7, 6); hi != big || hi-lo != big/7 {
+		t.Fatalf("partition of %d by 7: last chunk [%d, %d)", big, lo, hi)
 	}
 }
 

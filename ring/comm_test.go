@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -241,7 +242,11 @@ var _ = register("comm-bad", func(pe *shmem.PE) error {
 	if err := Send(bg(), c, 0, AnySource, []byte{1}); !errors.Is(err, shmem.ErrInvalid) {
 		return fmt.Errorf("Send with tag AnyTag: %v", err)
 	}
-	for _, tag := range []int{-2, MaxTag + 1} {
+	tags := []int{-2}
+	if past := int64(MaxTag) + 1; past <= math.MaxInt { // an int holds no more than MaxTag on a 32-bit machine
+		tags = append(tags, int(past))
+	}
+	for _, tag := range tags {
 		if err := Send(bg(), c, 0, tag, []byte{1}); !errors.Is(err, shmem.ErrInvalid) {
 			return fmt.Errorf("Send with tag %d: %v", tag, err)
 		}
@@ -272,7 +277,11 @@ var _ = register("comm-bad", func(pe *shmem.PE) error {
 	// SendRecv's tags: the send's may not be AnyTag; neither may be
 	// outside 0..MaxTag otherwise. Each refused call sends nothing (see
 	// the Probe below).
-	for _, tags := range [][2]int{{AnyTag, 0}, {-2, 0}, {MaxTag + 1, 0}, {0, -2}, {0, MaxTag + 1}} {
+	pairs := [][2]int{{AnyTag, 0}, {-2, 0}, {0, -2}}
+	if past := int64(MaxTag) + 1; past <= math.MaxInt { // an int holds no more than MaxTag on a 32-bit machine
+		pairs = append(pairs, [2]int{int(past), 0}, [2]int{0, int(past)})
+	}
+	for _, tags := range pairs {
 		if _, err := SendRecv(bg(), c, 0, tags[0], []byte{1}, 0, tags[1], []byte{1}); !errors.Is(err, shmem.ErrInvalid) {
 			return fmt.Errorf("SendRecv with send tag %d, receive tag %d: %v", tags[0], tags[1], err)
 		}

@@ -20,7 +20,7 @@ func TestSlotConst(t *testing.T) {
 		{"offPayload", offPayload, 16},
 		{"tailSize", tailSize, 8},
 		{"slotFixed", slotFixed, 24},
-		{"bulkFlag", bulkFlag, 0x80000000},
+		{"bulkFlag", int(uint32(bulkFlag) >> 16), 0x8000},
 		{"descMagic>>32", descMagic >> 32, 0x676e6972},
 		{"Safe", int(Safe), 1},
 		{"Raw", int(Raw), 2},

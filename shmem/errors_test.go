@@ -3,6 +3,7 @@ package shmem_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"syscall"
 	"testing"
@@ -63,7 +64,7 @@ var _ = register("error-paths", func(pe *shmem.PE) error {
 	if _, err := shmem.Align[int64](pe, 3, 1); !errors.Is(err, shmem.ErrInvalid) {
 		return fmt.Errorf("Align(3): %v", err)
 	}
-	_, err = shmem.Malloc[byte](pe, 1<<40)
+	_, err = shmem.Malloc[byte](pe, math.MaxInt/2)
 	if !errors.Is(err, shmem.ErrHeapExhausted) || !strings.Contains(err.Error(), "SHMEM_SYMMETRIC_SIZE") {
 		return fmt.Errorf("huge Malloc: %v", err)
 	}

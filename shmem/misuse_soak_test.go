@@ -117,8 +117,8 @@ func soakCalls(pe *shmem.PE, rng *rand.Rand, s, lock shmem.Sym[int64], sig shmem
 	pick := func(xs ...int) int { return xs[rng.IntN(len(xs))] }
 	target := func() int { return pick(-1, 0, 1, np-1, np, math.MaxInt, rng.IntN(np)) }
 	index := func() int { return pick(-1, 0, 3, 4, math.MinInt, rng.IntN(4)) }
-	stride := func() int { return pick(-1, 0, 1, 2, 3, 1<<62, math.MaxInt) }
-	count := func() int { return pick(-1, 0, 1, 2, 5, 1<<40, math.MaxInt) }
+	stride := func() int { return pick(-1, 0, 1, 2, 3, math.MaxInt/2, math.MaxInt) }
+	count := func() int { return pick(-1, 0, 1, 2, 5, math.MaxInt/8, math.MaxInt) }
 	sym := func() shmem.Sym[int64] {
 		switch rng.IntN(6) {
 		case 0:
@@ -170,7 +170,7 @@ func soakCalls(pe *shmem.PE, rng *rand.Rand, s, lock shmem.Sym[int64], sig shmem
 		case 10:
 			// A wait that only Finalize (or a peer's add) ends, or one
 			// that holds at once.
-			what, err = "WaitUntil", shmem.WaitUntil(sym(), index(), shmem.CmpLT, int64(pick(math.MinInt64, 1<<40)))
+			what, err = "WaitUntil", shmem.WaitUntil(sym(), index(), shmem.CmpLT, []int64{math.MinInt64, 1 << 40}[rng.IntN(2)])
 		case 11:
 			what = "SetLock/ClearLock"
 			if err = shmem.SetLock(lock); err == nil {
@@ -194,7 +194,7 @@ func soakCalls(pe *shmem.PE, rng *rand.Rand, s, lock shmem.Sym[int64], sig shmem
 			what = "WaitUntilAnyVector"
 			v := vec()
 			for i := range v {
-				v[i] = int64(pick(math.MinInt64, 1<<40))
+				v[i] = []int64{math.MinInt64, 1 << 40}[rng.IntN(2)]
 			}
 			_, err = shmem.WaitUntilAnyVector(sym(), mask(), shmem.CmpLT, v)
 		case 20:

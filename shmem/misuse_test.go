@@ -32,13 +32,13 @@ var _ = register("strided-bounds", func(pe *shmem.PE) error {
 			what string
 			err  error
 		}{
-			{"IPut stride 1<<62", shmem.IPut(s, 1<<62, src, 1, 5, t)},
+			{"IPut stride MaxInt/2", shmem.IPut(s, math.MaxInt/2, src, 1, 5, t)},
 			{"IPut stride MaxInt", shmem.IPut(s, math.MaxInt, src, 1, 2, t)},
 			{"IPut last element at 4", shmem.IPut(s, 2, src, 1, 3, t)},
-			{"IPut local stride 1<<62", shmem.IPut(s, 1, src, 1<<62, 2, t)},
+			{"IPut local stride MaxInt/2", shmem.IPut(s, 1, src, math.MaxInt/2, 2, t)},
 			{"IPut n MaxInt", shmem.IPut(s, 1, src, 1, math.MaxInt, t)},
 			{"IPut from an empty slice", shmem.IPut(s, 1, nil, 1, 1, t)},
-			{"IGet stride 1<<62", shmem.IGet(make([]int64, 5), 1, s, 1<<62, 5, t)},
+			{"IGet stride MaxInt/2", shmem.IGet(make([]int64, 5), 1, s, math.MaxInt/2, 5, t)},
 			{"IGet local stride MaxInt", shmem.IGet(make([]int64, 5), math.MaxInt, s, 1, 2, t)},
 			{"IGet into an empty slice", shmem.IGet(nil, 1, s, 1, 1, t)},
 			{"IPut to a bad Slice", shmem.IPut(s.Slice(3, 1), 1, src, 1, 1, t)},
@@ -159,8 +159,8 @@ func TestSplitFits(t *testing.T) {
 	}{
 		{0, 1, 4, 4, true}, {0, 1, 5, 4, false}, {3, -1, 4, 4, true}, {3, -1, 5, 4, false},
 		{0, 2, 2, 4, true}, {0, 2, 3, 4, false}, {1, 2, 2, 4, true},
-		{0, math.MaxInt, 2, 4, false}, {0, 1 << 62, 3, 4, false}, {3, math.MinInt, 2, 4, false},
-		{3, -(1 << 62), 3, 4, false}, {2, 5, 1, 4, true}, {0, 0, 1, 4, true},
+		{0, math.MaxInt, 2, 4, false}, {0, math.MaxInt / 2, 3, 4, false}, {3, math.MinInt, 2, 4, false},
+		{3, -(math.MaxInt / 2), 3, 4, false}, {2, 5, 1, 4, true}, {0, 0, 1, 4, true},
 	}
 	for _, c := range cases {
 		if got := shmem.SplitFits(c.start, c.stride, c.size, c.n); got != c.ok {
@@ -168,7 +168,7 @@ func TestSplitFits(t *testing.T) {
 		}
 	}
 	err := shmem.Run(2, func(pe *shmem.PE) error {
-		if _, err := pe.World().Split(0, 1<<62, 3); !errors.Is(err, shmem.ErrBadPE) {
+		if _, err := pe.World().Split(0, math.MaxInt/2, 3); !errors.Is(err, shmem.ErrBadPE) {
 			return fmt.Errorf("Split with an overflowing stride: %v, want ErrBadPE", err)
 		}
 		return nil

@@ -3,6 +3,7 @@ package shmem_test
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"testing"
 
 	"github.com/goshmem/goshmem/shmem"
@@ -72,12 +73,14 @@ var _ = register("every-type", func(pe *shmem.PE) error {
 		func() error { return roundTrip(pe, func(p, i int) int16 { return int16(-p*1000 - i) }) },
 		func() error { return roundTrip(pe, func(p, i int) int32 { return int32(p<<20 | i) }) },
 		func() error { return roundTrip(pe, func(p, i int) int64 { return int64(p)<<40 - int64(i) }) },
-		func() error { return roundTrip(pe, func(p, i int) int { return -(p<<33 | i) }) },
+		func() error { return roundTrip(pe, func(p, i int) int { return -(p<<(bits.UintSize-31) | i) }) },
 		func() error { return roundTrip(pe, func(p, i int) uint8 { return uint8(p*13 + i) }) },
 		func() error { return roundTrip(pe, func(p, i int) uint16 { return uint16(p*4000 + i) }) },
 		func() error { return roundTrip(pe, func(p, i int) uint32 { return uint32(p)<<24 | uint32(i) }) },
 		func() error { return roundTrip(pe, func(p, i int) uint64 { return uint64(p)<<50 | uint64(i) }) },
-		func() error { return roundTrip(pe, func(p, i int) uint { return uint(p)<<40 + uint(i) }) },
+		func() error {
+			return roundTrip(pe, func(p, i int) uint { return uint(p)<<(bits.UintSize-24) + uint(i) })
+		},
 		func() error { return roundTrip(pe, func(p, i int) uintptr { return uintptr(p)<<30 + uintptr(i) }) },
 		func() error { return roundTrip(pe, func(p, i int) float32 { return float32(p) + float32(i)/8 }) },
 		func() error { return roundTrip(pe, func(p, i int) float64 { return float64(p)*1e10 + float64(i)/3 }) },

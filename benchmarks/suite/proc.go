@@ -24,7 +24,7 @@ func readProc() procState {
 	st := procState{cpu: currentCPU()}
 	var ru unix.Rusage
 	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
-		st.voluntary, st.nonvoluntary = ru.Nvcsw, ru.Nivcsw
+		st.voluntary, st.nonvoluntary = int64(ru.Nvcsw), int64(ru.Nivcsw) // int32 on a 32-bit machine
 	}
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
