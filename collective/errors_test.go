@@ -320,7 +320,7 @@ func wrapCount(np int) int {
 	if np <= 2 {
 		return math.MaxInt
 	}
-	return int(math.MaxUint64/uint64(np) + 1)
+	return int(math.MaxUint/uint(np) + 1) // uint: the product wraps at the machine's width
 }
 
 var _ = register("errors", func(pe *shmem.PE) error {
@@ -395,14 +395,15 @@ func TestErrorsAlgorithms(t *testing.T) {
 
 // Collect's counts, each at most collectMax, sum below 2^countBits on
 // every team size, so the sum never carries into the header's count of
-// members whose block did not ride along; one more element could.
+// members whose block did not ride along; one more element could (or
+// it is math.MaxInt).
 func TestCollectMax(t *testing.T) {
 	for np := 1; np < 1<<(maxRounds+1); np++ {
 		m := uint64(collectMax(np))
 		if m*uint64(np) >= 1<<countBits {
 			t.Fatalf("%d members of count %d sum to %d, past 2^%d", np, m, m*uint64(np), countBits)
 		}
-		if (m+1)*uint64(np) < 1<<countBits {
+		if m < math.MaxInt && (m+1)*uint64(np) < 1<<countBits { // an int bounds it on a 32-bit machine
 			t.Fatalf("%d members: the limit %d is lower than it needs to be", np, m)
 		}
 	}

@@ -73,10 +73,10 @@ var ownCases = []ownCase{
 	{"AllReduce halving, one host", "halving", "", 4, true, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
 		return AllReduce(t, dst.Slice(0, ownLen), src, Sum)
 	}},
-	{"Reduce chain (hosts apart, root 1)", "", "remote", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
+	{"Reduce chain, ring + gather above 4 (hosts apart, root 1)", "", "remote", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
 		return Reduce(t, dst.Slice(0, ownLen), src, Sum, 1)
 	}},
-	{"Reduce chain, one host (root n-1)", "pushring", "", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
+	{"Reduce chain, ring + gather above 4, one host (root n-1)", "pushring", "", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
 		return Reduce(t, dst.Slice(0, ownLen), src, Sum, n-1)
 	}},
 	{"Broadcast scatter + allgather (hosts apart, root 0)", "direct", "remote", 2, false, func(t *shmem.Team, dst, src shmem.Sym[int64], n int) error {
@@ -177,7 +177,8 @@ type ownModel struct {
 	episode [][]int  // its call count so far
 	// shut[i][pc]: member i's dst is not open to the others before op
 	// pc although it is inside a call: the call saves the dst
-	// (reduceChain) and pc is not between the save and the restore.
+	// (reduceChain, reduceRootRing) and pc is not between the save and
+	// the restore.
 	shut [][]bool
 }
 
@@ -461,7 +462,15 @@ func TestExploreOwnershipMutantHalving(t *testing.T) {
 // (mutantChainEarlyRestore) is caught with the upstream neighbour
 // writing into a dst already restored.
 func TestExploreOwnershipMutantChain(t *testing.T) {
-	exploreMutant(t, "Reduce chain, one host", 3, &mutantChainEarlyRestore, "has restored it", "the Reduce chain restoring early")
+	exploreMutant(t, "Reduce chain, ring + gather above 4, one host", 3, &mutantChainEarlyRestore, "has restored it", "the Reduce chain restoring early")
+}
+
+// TestExploreOwnershipMutantRootRing: reduceRootRing (teams of more
+// than chainMax) whose non-roots restore their dst before their last
+// chunk has landed (mutantRootRingEarlyRestore) is caught with the left
+// neighbour writing into a dst already restored.
+func TestExploreOwnershipMutantRootRing(t *testing.T) {
+	exploreMutant(t, "Reduce chain, ring + gather above 4, one host", chainMax+1, &mutantRootRingEarlyRestore, "has restored it", "the Reduce ring restoring early")
 }
 
 // TestExploreOwnershipMutantExchange: a flat exchange whose recorded

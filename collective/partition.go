@@ -79,3 +79,10 @@ func halvingFits(n, parts int) bool {
 // a team of parts members (reduceChain): member root+1 first, the root
 // last; the member at position p sends to member me+1, at p+1.
 func chainPos(parts, root, me int) int { return (me - root - 1 + parts) % parts }
+
+// ringUnwritten is the chunk of member me's dst that the reduce-scatter
+// half of the ring (ringStep's steps 0..parts-2) never writes: the one
+// it sends first, from its src, and never receives. Every other chunk
+// it receives exactly once. reduceRootRing saves and restores the rest
+// of a non-root's dst, which the reduce-scatter uses as landing space.
+func ringUnwritten(parts, me int) int { return (me + parts - 1) % parts }

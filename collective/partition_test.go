@@ -273,6 +273,83 @@ func TestHalving(t *testing.T) {
 	}
 }
 
+// TestRootRingSchedule: the schedule of reduceRootRing (the ring's
+// reduce-scatter, then every member's finished chunk to the root) in
+// lock step, for every team size up to 33 and every root. Each
+// member's dst chunk is written at most once by the reduce-scatter,
+// never chunk ringUnwritten (the part a non-root does not save), and
+// only with the chunk the left neighbour sends; after the reduce-scatter
+// member m's chunk m holds every contribution once; a chunk the root
+// receives in the gather was last read by the root (sent on) in an
+// earlier step, or never landed there, and the root ends with every
+// chunk complete.
+func TestRootRingSchedule(t *testing.T) {
+	for parts := 1; parts <= 33; parts++ {
+		full := uint64(1)<<parts - 1
+		for root := range parts {
+			have := make([][]uint64, parts) // have[m][c]: the contributions in m's dst chunk c (0: not written)
+			landed := make([][]int, parts)  // the step chunk c landed in m's dst, -1 if never
+			sent := make([][]int, parts)    // the step m last sent chunk c from its dst, -1 if never
+			for m := range parts {
+				have[m] = make([]uint64, parts)
+				landed[m] = make([]int, parts)
+				sent[m] = make([]int, parts)
+				for c := range parts {
+					landed[m][c], sent[m][c] = -1, -1
+				}
+			}
+			for s := 0; s < parts-1; s++ {
+				next := make([][]uint64, parts)
+				for m := range parts {
+					next[m] = append([]uint64(nil), have[m]...)
+				}
+				for m := range parts {
+					_, recv := ringStep(parts, m, s)
+					left := (m + parts - 1) % parts
+					lsend, _ := ringStep(parts, left, s)
+					if lsend != recv {
+						t.Fatalf("%d members, step %d: member %d receives chunk %d, its left neighbour sends %d", parts, s, m, recv, lsend)
+					}
+					if recv == ringUnwritten(parts, m) || landed[m][recv] >= 0 {
+						t.Fatalf("%d members, step %d: chunk %d lands in member %d's dst (unwritten chunk %d, landed before in step %d)", parts, s, recv, m, ringUnwritten(parts, m), landed[m][recv])
+					}
+					in := uint64(1) << left // step 0: the neighbour's src
+					if s > 0 {
+						in = have[left][recv]
+						sent[left][recv] = s
+					}
+					if in&(1<<m) != 0 || bits.OnesCount64(in) != s+1 {
+						t.Fatalf("%d members, step %d: member %d gets chunk %d with contributions %b", parts, s, m, recv, in)
+					}
+					next[m][recv] = in | 1<<m
+					landed[m][recv] = s
+				}
+				have = next
+			}
+			for m := range parts {
+				if parts > 1 && have[m][m] != full {
+					t.Fatalf("%d members: after the reduce-scatter member %d's chunk is %b", parts, m, have[m][m])
+				}
+			}
+			// The gather, after every member's reduce-scatter.
+			for m := range parts {
+				if m == root {
+					continue
+				}
+				if landed[root][m] >= 0 && sent[root][m] < landed[root][m] {
+					t.Fatalf("%d members, root %d: chunk %d, landed in step %d, not sent on before the gather writes it", parts, root, m, landed[root][m])
+				}
+				have[root][m] = have[m][m]
+			}
+			for c := range parts {
+				if parts > 1 && have[root][c] != full {
+					t.Fatalf("%d members, root %d: chunk %d ends as %b", parts, root, c, have[root][c])
+				}
+			}
+		}
+	}
+}
+
 // TestChainSchedule: the order of reduceChain for every team size up
 // to 33 and every root. The positions are a permutation with the root
 // last; each member but the root sends to the member one position on,

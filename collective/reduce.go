@@ -60,26 +60,34 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 		return reduceRD(&c, k, dst, src, op, root)
 	}
 	far := c.algo == algoAuto && c.far
-	// Reduce by the chain across hosts (reduceChain) lands the vector
-	// in the dst of every member but the first of the chain, and a
-	// non-root's dst must be as it was when the call returns: a middle
+	// Reduce across hosts by the chain (reduceChain, up to chainMax
+	// members) or the ring (reduceRootRing) lands in non-roots' dst, and
+	// a non-root's dst must be as it was when the call returns: such a
 	// member saves it before the entry exchange lets anyone write it.
 	// Whether the path is taken is known only after that exchange
 	// (every member must have dst apart from src); when it is not,
 	// nobody wrote the dst and the copy is dropped.
-	chain := root >= 0 && c.n > 1 && (far || c.algo == algoPushRing)
+	rooted := root >= 0 && c.n > 1 && (far || c.algo == algoPushRing)
+	chain := rooted && c.n <= chainMax
 	var saved *dstCopy[T]
 	var g0 uint64 // this member's gather word
-	if pos := chainPos(c.n, root, c.me); chain && pos > 0 {
+	pos := chainPos(c.n, root, c.me)
+	if rooted && (chain && pos > 0 || !chain && c.me == root) {
 		// Every push of the calls before was awaited, and none of
 		// this call's can come before the entry exchange. (An error
 		// here goes to every member through that exchange.)
 		g0, err = shmem.SignalFetch(c.words.Slice(wordGather, wordGather+1))
 		c.fail(err)
-		if pos < c.n-1 && !overlaps(dst, src) {
-			saved = saveDst(&c, dst, n)
-			defer saved.release()
+	}
+	if rooted && !overlaps(dst, src) {
+		switch {
+		case chain && pos > 0 && pos < c.n-1:
+			saved = saveDst(&c, dst, n, 0, 0)
+		case !chain && c.me != root:
+			lo, hi := partition(n, c.n, ringUnwritten(c.n, c.me))
+			saved = saveDst(&c, dst, n, lo, hi)
 		}
+		defer saved.release()
 	}
 	// The entry exchange of the large algorithms. Its header's minimum
 	// aux is 1 when no member reduces in place: then the others' dst
@@ -97,6 +105,8 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	switch {
 	case root >= 0 && apart && chain:
 		return reduceChain(&c, k, dst, src, op, root, g0, saved)
+	case root >= 0 && apart && rooted:
+		return reduceRootRing(&c, k, dst, src, op, root, g0, saved)
 	case root >= 0:
 	case c.n == 2 && far && apart:
 		return reducePair(&c, k, dst, src, op)
@@ -441,10 +451,20 @@ func reduceRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) err
 // so, once its own last chunk has landed, it may return.
 func reducePushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) error {
 	// The last write into this member's dst is its left neighbour's
-	// last step, awaited here, and its own last write into its right
+	// last step, awaited there, and its own last write into its right
 	// neighbour's dst is awaited by it: no exit exchange.
+	return pushRing(c, k, dst, src, op, 2*(c.n-1), nil)
+}
+
+// pushRing runs steps 0..steps-1 of ringStep with pushes: in each a
+// member puts the chunk it passes on into its right neighbour's dst
+// (from its src in step 0) with the signal in the same PutSignal, waits
+// for its left neighbour's, and in the reduce-scatter (the first n-1
+// steps) folds its src into what landed. All of the ring (AllReduce) or
+// its reduce-scatter (Reduce, reduceRootRing). beforeLast, when set, runs
+// before the last wait (a mutation check's hook).
+func pushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, steps int, beforeLast func()) error {
 	n, np := src.Len(), c.n
-	steps := 2 * (np - 1)
 	base := c.lw[wordStepSeq]
 	c.lw[wordStepSeq] = base + uint64(steps)
 	right := c.world((c.me + 1) % np)
@@ -460,6 +480,9 @@ func reducePushRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op)
 		traceSignal(c, dst.Slice(lo, hi), right, wordRingIn, shmem.SignalSet, base+uint64(s)+1)
 		if err := shmem.PutSignal(dst.Slice(lo, hi), from, sig, base+uint64(s)+1, shmem.SignalSet, right); err != nil {
 			return err
+		}
+		if beforeLast != nil && s == steps-1 {
+			beforeLast()
 		}
 		if err := c.await(wordRingIn, base+uint64(s)+1); err != nil {
 			return err
@@ -566,9 +589,58 @@ func reduceHalving[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) 
 	return nil
 }
 
-// reduceChain is Reduce on a team that spans hosts (or under
-// GOSHMEM_COLLECTIVE_ALGO=pushring), when no member reduces in place: a
-// pipelined chain. The members in the order root+1, root+2, ..., root-1,
+// reduceRootRing is Reduce on a team that spans hosts (or under
+// GOSHMEM_COLLECTIVE_ALGO=pushring), when no member reduces in place:
+// the reduce-scatter of the pushing ring (ringStep's steps 0..n-2, as
+// in reducePushRing), after which member i holds chunk i finished in
+// its dst, then a gather: every member but the root puts its chunk into
+// the root's dst with one PutSignal, adding 1 to the root's wordGather,
+// and the root waits once for all of them. Each member sends (n-1)/n of
+// the vector in the reduce-scatter and 1/n in the gather, with one wait
+// per step, against the direct algorithm's Get of every remote chunk
+// (a round trip each) and its exit exchange.
+//
+// Teams of up to chainMax members take reduceChain instead.
+//
+// The reduce-scatter lands in every member's dst; a non-root's dst must
+// be as it was when the call returns, so the member copied the chunks
+// that will land (all but ringUnwritten) before the entry exchange
+// (saved) and writes them back once its last chunk has landed and its
+// gather put has returned: nothing writes its dst after that.
+//
+// The root's dst: chunk c lands there once in the reduce-scatter, and
+// the root sends it on (reading it) in the next step; the owner of c
+// finishes it only after that send has landed further along the ring,
+// so its gather write comes after the root has done with the chunk. Its
+// own chunk needs no gather, and chunk ringUnwritten lands only by it.
+// g0 is the root's wordGather, read before the entry exchange.
+func reduceRootRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int, g0 uint64, saved *dstCopy[T]) error {
+	n, np := src.Len(), c.n
+	gsig := c.words.Slice(wordGather, wordGather+1)
+	var early func()
+	if mutantRootRingEarlyRestore && saved != nil {
+		early = func() { saved.restore(c, dst) }
+	}
+	if err := pushRing(c, k, dst, src, op, np-1, early); err != nil {
+		return err
+	}
+	if c.me == root {
+		return c.await(wordGather, g0+uint64(np-1))
+	}
+	lo, hi := partition(n, np, c.me)
+	traceSignal(c, dst.Slice(lo, hi), c.world(root), wordGather, shmem.SignalAdd, 1)
+	if err := shmem.PutSignal(dst.Slice(lo, hi), dst.Local()[lo:hi], gsig, 1, shmem.SignalAdd, c.world(root)); err != nil {
+		return err
+	}
+	if !mutantRootRingEarlyRestore {
+		saved.restore(c, dst)
+	}
+	return nil
+}
+
+// reduceChain is Reduce on a team of up to chainMax members that spans
+// hosts (or under GOSHMEM_COLLECTIVE_ALGO=pushring), when no member
+// reduces in place: a pipelined chain. The members in the order root+1, root+2, ..., root-1,
 // root (positions 0..n-1) pass the vector along in pairPieces pieces:
 // position 0 puts piece i of its src into position 1's dst; position p
 // (1..n-2) waits for piece i to land in its own dst, folds its src in
@@ -626,28 +698,46 @@ func reduceChain[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, ro
 	return nil
 }
 
-// dstCopy is a middle member's copy of its dst[:n] (reduceChain), in a
+// chainMax is the largest team Reduce across hosts runs as a chain
+// (reduceChain); larger teams take the ring's reduce-scatter and a
+// gather (reduceRootRing). The chain moves the fewest bytes, which is
+// what counts over loopback TCP with more PEs than cores (4 PEs, 1 MiB:
+// 935 µs against the ring's 1.54 ms, docs/collectives.md), but a piece
+// crosses n-1 links one after another: with links of their own (PEs on
+// real hosts) a vector of p pieces takes about (p+n-2)/p times one
+// transfer of it along the chain, against about 2(n-1)/n for the ring,
+// so beyond a few members the ring is the faster one there.
+const chainMax = 4
+
+// dstCopy is a non-root's copy of its dst[:n] outside [lo, hi) (the
+// chunk reduceRootRing never lands there; empty for reduceChain), in a
 // buffer from savePool.
 type dstCopy[T shmem.Elem] struct {
-	buf *[]uint64
-	n   int
+	buf    *[]uint64
+	lo, hi int
+	n      int
 }
 
 // savePool holds the buffers of dstCopy, so that a Reduce across hosts
-// does not allocate (and leave to the collector) a vector per call.
+// does not allocate (and leave to the collector) most of a vector per
+// call.
 var savePool sync.Pool // *[]uint64
 
-// saveDst copies dst[:n], which reduceChain lands on.
-func saveDst[T shmem.Elem](c *call, dst shmem.Sym[T], n int) *dstCopy[T] {
-	d := &dstCopy[T]{n: n}
-	words := (n*sizeOf[T]() + 7) / 8
+// saveDst copies dst[:n] outside [lo, hi), the part reduceRootRing or
+// reduceChain lands on.
+func saveDst[T shmem.Elem](c *call, dst shmem.Sym[T], n, lo, hi int) *dstCopy[T] {
+	d := &dstCopy[T]{lo: lo, hi: hi, n: n}
+	words := ((n-(hi-lo))*sizeOf[T]() + 7) / 8
 	if p, _ := savePool.Get().(*[]uint64); p != nil && cap(*p) >= words {
 		d.buf = p
 	} else {
 		b := make([]uint64, words)
 		d.buf = &b
 	}
-	copy(d.view(), dst.Local()[:n])
+	v := d.view()
+	dl := dst.Local()
+	copy(v, dl[:lo])
+	copy(v[lo:], dl[hi:n])
 	if tracer != nil {
 		tracer.note(c.pe, traceOp{kind: tSave, pe: c.pe.MyPE(), word: -1})
 	}
@@ -655,7 +745,7 @@ func saveDst[T shmem.Elem](c *call, dst shmem.Sym[T], n int) *dstCopy[T] {
 }
 
 func (d *dstCopy[T]) view() []T {
-	return elems[T](bytesOf((*d.buf)[:cap(*d.buf)]), d.n)
+	return elems[T](bytesOf((*d.buf)[:cap(*d.buf)]), d.n-(d.hi-d.lo))
 }
 
 // restore writes the copy back into dst.
@@ -663,7 +753,9 @@ func (d *dstCopy[T]) restore(c *call, dst shmem.Sym[T]) {
 	if tracer != nil {
 		tracer.note(c.pe, traceOp{kind: tRestore, pe: c.pe.MyPE(), word: -1})
 	}
-	copy(dst.Local()[:d.n], d.view())
+	v, dl := d.view(), dst.Local()
+	copy(dl[:d.lo], v)
+	copy(dl[d.hi:d.n], v[d.lo:])
 }
 
 func (d *dstCopy[T]) release() {

@@ -117,6 +117,12 @@ var mutantHalvingNoWait bool
 // ownership exploration's mutation check sets it.
 var mutantChainEarlyRestore bool
 
+// mutantRootRingEarlyRestore breaks reduceRootRing on purpose: a
+// non-root restores its dst before its last chunk has landed, which its
+// left neighbour may then write over the restored contents. Only the
+// ownership exploration's mutation check sets it.
+var mutantRootRingEarlyRestore bool
+
 // mutantExchangeSkip breaks the flat exchange's recorded schedule on
 // purpose: the trace leaves out a member's wait for the message of its
 // right-hand neighbour, so in the program the explorer follows the
