@@ -640,12 +640,13 @@ func reduceRootRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op,
 
 // reduceChain is Reduce on a team of up to chainMax members that spans
 // hosts (or under GOSHMEM_COLLECTIVE_ALGO=pushring), when no member
-// reduces in place: a pipelined chain. The members in the order root+1, root+2, ..., root-1,
-// root (positions 0..n-1) pass the vector along in pairPieces pieces:
-// position 0 puts piece i of its src into position 1's dst; position p
-// (1..n-2) waits for piece i to land in its own dst, folds its src in
-// (what landed op mine) and puts the piece on into position p+1's dst;
-// the root folds its src into each piece as it lands. Every put is a
+// reduces in place: a pipelined chain. The members in the order root+1,
+// root+2, ..., root-1, root (positions 0..n-1, chainPos) pass the vector
+// along in pairPieces pieces: position 0 puts piece i of its src into
+// position 1's dst; position p (1..n-2) waits for piece i to land in its
+// own dst, folds its src in (what landed op mine) and puts the piece on
+// into position p+1's dst; the root folds its src into each piece as it
+// lands. Every put is a
 // PutSignal adding 1 to the receiver's wordGather (one writer per word:
 // its upstream neighbour), which the receiver read before the entry
 // exchange; operations to one PE apply in order (docs/memory-model.md),
@@ -654,9 +655,8 @@ func reduceRootRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op,
 //
 // Each member sends the vector once, n-1 vectors through links in all:
 // the fewest bytes a Reduce can move when every member's data must
-// leave it, against 1+1/n vectors each way of the ring reduce-scatter
-// and gather it replaced, and no exit exchange: every write is awaited
-// by its target inside the call.
+// leave it, against (n-1)(1+1/n) for reduceRootRing, and no exit
+// exchange: every write is awaited by its target inside the call.
 //
 // The middle positions' dst is landing space; a non-root's dst must be
 // as it was when the call returns, so they copied it before the entry
