@@ -138,8 +138,9 @@ const (
 	algoRD                   // through the scratch at every size, in pieces of one message
 	algoDirect               // never through the scratch: direct reads and writes of the buffers
 	algoRing                 // as direct, with AllReduce by the ring (teams of 3 or more)
-	algoPushRing             // as direct, with AllReduce by the pushing ring (3 or more, dst apart from src)
+	algoPushRing             // as direct, with AllReduce by the pushing ring (3 or more) and Reduce by its reduce-scatter and a gather (3 or more; the chain on 2), dst apart from src
 	algoHalving              // as direct, with AllReduce by recursive halving and doubling (4 or 8, dst apart from src)
+	algoChain                // as direct, with Reduce by the chain (2 or more, dst apart from src)
 )
 
 const envAlgo = "GOSHMEM_COLLECTIVE_ALGO"
@@ -162,8 +163,10 @@ func algoFromEnv() (algo, error) {
 		return algoPushRing, nil
 	case "halving":
 		return algoHalving, nil
+	case "chain":
+		return algoChain, nil
 	default:
-		return algoAuto, fmt.Errorf("collective: %s=%q: want auto, rd, direct, ring, pushring or halving: %w", envAlgo, v, shmem.ErrInvalid)
+		return algoAuto, fmt.Errorf("collective: %s=%q: want auto, rd, direct, ring, pushring, halving or chain: %w", envAlgo, v, shmem.ErrInvalid)
 	}
 }
 

@@ -29,12 +29,13 @@
 // members' buffers between an entry and an exit exchange, straight in
 // the peers' mapped heaps over shared memory, with no staging copy. On
 // teams that span hosts AllReduce pushes (halves on 2 members, recursive
-// halving and doubling on 4 or 8, a ring on the others), Reduce pushes
-// a ring reduce-scatter and gathers the chunks to the root, and a large
-// Broadcast is a scatter and an allgather. docs/collectives.md has the
-// algorithms, the crossovers and the measured figures;
-// GOSHMEM_COLLECTIVE_ALGO (auto, rd, direct, ring, pushring, halving)
-// forces one (docs/env.md).
+// halving and doubling on 4 or 8, a ring on the others), Reduce passes
+// the vector along a pipelined chain to the root (up to 4 members) or
+// pushes a ring reduce-scatter and gathers the chunks to the root, and
+// a large Broadcast is a scatter and an allgather. docs/collectives.md
+// has the algorithms, the crossovers and the measured figures;
+// GOSHMEM_COLLECTIVE_ALGO (auto, rd, direct, ring, pushring, halving,
+// chain) forces one (docs/env.md).
 //
 // Caveats:
 //   - Collectives of one PE on one team are serialised (a lock of the

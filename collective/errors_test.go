@@ -385,7 +385,7 @@ var _ = register("errors", func(pe *shmem.PE) error {
 // The error table under each forced algorithm: every path's argument
 // checks, and each algorithm's good call after a refused one.
 func TestErrorsAlgorithms(t *testing.T) {
-	for _, a := range []string{"rd", "direct", "ring", "pushring", "halving"} {
+	for _, a := range []string{"rd", "direct", "ring", "pushring", "halving", "chain"} {
 		t.Run(a, func(t *testing.T) {
 			each(t, "errors", []route{goroutines}, []string{envAlgo + "=" + a}, 4, 5)
 			each(t, "errors", []route{tcp}, []string{envAlgo + "=" + a}, 4)

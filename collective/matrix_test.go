@@ -130,7 +130,7 @@ func TestMatrix(t *testing.T) {
 
 // The forced algorithms over the same matrix, on one job each.
 func TestMatrixAlgorithms(t *testing.T) {
-	for _, a := range []string{"rd", "direct", "ring", "pushring", "halving"} {
+	for _, a := range []string{"rd", "direct", "ring", "pushring", "halving", "chain"} {
 		t.Run(a, func(t *testing.T) {
 			each(t, "matrix", []route{goroutines}, []string{envAlgo + "=" + a}, 5, 10)
 			each(t, "matrix", []route{mixed}, []string{envAlgo + "=" + a}, 4)

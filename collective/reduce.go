@@ -67,8 +67,8 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	// Whether the path is taken is known only after that exchange
 	// (every member must have dst apart from src); when it is not,
 	// nobody wrote the dst and the copy is dropped.
-	rooted := root >= 0 && c.n > 1 && (far || c.algo == algoPushRing)
-	chain := rooted && c.n <= chainMax
+	rooted := root >= 0 && c.n > 1 && (far || c.algo == algoPushRing || c.algo == algoChain)
+	chain := rooted && (c.n <= chainMax && c.algo != algoPushRing || c.n == 2 || c.algo == algoChain)
 	var saved *dstCopy[T]
 	var g0 uint64 // this member's gather word
 	pos := chainPos(c.n, root, c.me)
@@ -589,8 +589,9 @@ func reduceHalving[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op) 
 	return nil
 }
 
-// reduceRootRing is Reduce on a team that spans hosts (or under
-// GOSHMEM_COLLECTIVE_ALGO=pushring), when no member reduces in place:
+// reduceRootRing is Reduce on a team of more than chainMax members that
+// spans hosts (on 3 or more under GOSHMEM_COLLECTIVE_ALGO=pushring),
+// when no member reduces in place:
 // the reduce-scatter of the pushing ring (ringStep's steps 0..n-2, as
 // in reducePushRing), after which member i holds chunk i finished in
 // its dst, then a gather: every member but the root puts its chunk into
@@ -639,8 +640,8 @@ func reduceRootRing[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op,
 }
 
 // reduceChain is Reduce on a team of up to chainMax members that spans
-// hosts (or under GOSHMEM_COLLECTIVE_ALGO=pushring), when no member
-// reduces in place: a pipelined chain. The members in the order root+1,
+// hosts (on any team under GOSHMEM_COLLECTIVE_ALGO=chain, on 2 members
+// under pushring), when no member reduces in place: a pipelined chain. The members in the order root+1,
 // root+2, ..., root-1, root (positions 0..n-1, chainPos) pass the vector
 // along in pairPieces pieces: position 0 puts piece i of its src into
 // position 1's dst; position p (1..n-2) waits for piece i to land in its
