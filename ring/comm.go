@@ -34,9 +34,11 @@ const EagerMax = 64 << 10
 
 // FragMax is the payload of one rendezvous frag (docs/ring.md):
 // lanes carry frags of up to FragMax bytes, so their bulk areas are that
-// large. (A Comm whose heap cannot hold that many lanes lowers it, and
-// below EagerMax the eager limit with it.)
-const FragMax = 256 << 10
+// large. (A Comm whose heap cannot hold that many lanes in an eighth of
+// it lowers it, and below EagerMax the eager limit with it.) Frags to a
+// PE on the same host are at most 128 KiB whatever the bulk areas'
+// size.
+const FragMax = 1 << 20
 
 // EagerCredits is how many eager messages to one target may be
 // unreceived before Send waits.
@@ -71,6 +73,8 @@ const (
 	commAckBatch = 4                                       // a receiver acknowledges a lane every commAckBatch processed messages
 	commAckIdle  = 2                                       // and, before it waits, one with at least commAckIdle
 	specFrags    = 8                                       // frags a rendezvous Send may send before its match (see sendRdv)
+	specBytes    = 2 << 20                                 // and bytes, but for at least one frag
+	nearFrag     = 128 << 10                               // the longest frag to a PE on this host (engine.fragTo)
 	commDepth    = EagerCredits + commAckBatch + specFrags // bulk areas per lane: EagerCredits unreceived plus commAckBatch-1 processed, unacknowledged, plus specFrags early frags
 	commSlots    = 128                                     // slots per lane (lane depth): an inline message waits for room only behind commSlots unacknowledged ones
 	specEpoch    = 1                                       // the epoch of a rendezvous message's early frags (see Comm.match)
@@ -104,9 +108,10 @@ type Comm struct {
 // other PEs take no part). t may be any team: the world, one of Split,
 // Split2D or Shared, one member alone. Its lanes are allocated over t
 // (shmem.TeamMalloc), between t's members only, and Close frees them
-// (collective over t). Its lanes into a PE take (t.NPEs()-1) × 7 MiB
-// of its heap where that is at most an eighth of it, else at most half
-// of it (docs/ring.md "Memory bounds"): the eager limit is EagerMax
+// (collective over t). Its lanes into a PE take (t.NPEs()-1) × 28 MiB
+// of its heap where that is at most an eighth of it, else an eighth or,
+// for frags of the eager limit, at most half of it (docs/ring.md
+// "Memory bounds"): the eager limit is EagerMax
 // while the heap has at least 3,786,496 bytes per peer in t
 // ((t.NPEs()-1) × 3.61 MiB), and shrinks in 4 KiB steps below that
 // (EagerLimit); under 345,856 bytes per peer it would be below 4 KiB and

@@ -197,6 +197,19 @@ func commLimits(heap, n int) (frag, eager int, err error) {
 	return max(eager, min(FragMax, per(8))), eager, nil
 }
 
+// fragTo is the payload of the rendezvous frags this PE sends to world
+// PE dst: the lanes' frag size to a PE on another host, where every frag
+// costs a frame, a socket write and the receiver's wake-ups, so that
+// fewer, larger frags go faster; at most nearFrag to a PE on this host,
+// where the sender's copy into a bulk area and the receiver's copy out of
+// it overlap better in smaller pieces (docs/ring.md, "Frag sizes").
+func (e *engine) fragTo(dst int) int {
+	if e.lanes[dst].local {
+		return min(e.frag, nearFrag)
+	}
+	return e.frag
+}
+
 // newEngine is the engine of a Comm over team t (collective over t): a
 // lane between every ordered pair of t's members, allocated over t.
 // Its state is indexed by world PE, over the whole job; its limits are
@@ -1336,8 +1349,8 @@ func (e *engine) scanClaims(dst int) {
 // at once (early: see spec below), and waits for a receiver's match: a
 // claim word of the receiver's in this PE's heap set to matched (id,
 // epoch). Then it sends the rest of the data in frags through the
-// lane's bulk areas but the last byte, commits (a compare-and-swap of
-// the claim word from matched to done) and sends the last byte. A match
+// lane's bulk areas but the final frag, commits (a compare-and-swap of
+// the claim word from matched to done) and sends the final frag. A match
 // of epoch 1 took the early frags; any other epoch (a later first
 // match, or a match after a receiver gave one back, matched → given
 // back) restarts the stream from the first byte. ctx ending before the
@@ -1369,18 +1382,24 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 		return ctxErr("Send", err) // not announced: nothing to withdraw
 	}
 	l := e.r.outTo[dst]
-	// The last byte goes alone, after the commit: a receive that has
-	// every byte knows the sender committed, so it may complete (and
-	// reuse its claim word) at once.
-	last := len(data) - 1
+	// Frags are fragTo(dst) bytes long, from the first byte, up to the
+	// final frag: the last half of the message, or the last frag's worth
+	// if that is less. The final frag goes after the commit: a receive
+	// that has every byte knows the sender committed, so it may complete
+	// (and reuse its claim word) at once. So the receiver copies out
+	// what came before it while it travels, and a message of up to two
+	// frags still sends half of itself before the match.
+	frag := e.fragTo(dst)
+	last := len(data) - min(frag, (len(data)+1)/2)
 	// Frags go from the start, before any match, tagged specEpoch: up to
-	// spec bytes, each while fewer than specFrags early frags of the
-	// lane (this message's or another's) are unacknowledged (sendvEarly:
-	// the lane's other slots stay the eager messages'). A receive that
-	// matches as the rts arrives takes them (Comm.match), so a message
-	// whose receive is waiting does not wait a round trip for its first
-	// byte; otherwise they are dropped.
-	spec := min(last, specFrags*e.frag)
+	// spec bytes (specBytes, but at least one frag), each while fewer
+	// than specFrags early frags of the lane (this message's or
+	// another's) are unacknowledged (sendvEarly: the lane's other slots
+	// stay the eager messages'). A receive that matches as the rts
+	// arrives takes them (Comm.match), so a message whose receive is
+	// waiting does not wait a round trip for its first bytes; otherwise
+	// they are dropped.
+	spec := min(last, min(specFrags, max(1, specBytes/frag))*frag)
 	ep, off, matched := uint32(specEpoch), 0, false
 	for {
 		// One look at the claim words, and what they ask for, holding
@@ -1409,7 +1428,7 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 				end, limit = spec, specFrags
 			}
 			for off < end && ctx.Err() == nil && (!claimed || atomic.LoadUint64(&e.rdvLocal[s.claim]) == v) {
-				n := min(e.frag, end-off)
+				n := min(frag, end-off)
 				putLong(h[:], msgFrag, kind, c.id, 0, uint64(off), s.id, ep)
 				_, sent, err := l.sendvEarly(e.r, h[:], data[off:off+n], false, limit)
 				if err != nil {
@@ -1434,9 +1453,10 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 				if old != v {
 					continue // given back meanwhile: look again
 				}
-				// Committed: the last byte goes whatever ctx says (the
+				// Committed: the final frag goes whatever ctx says (the
 				// receiver drains its lanes, into dst or a buffer).
 				putLong(h[:], msgFrag, kind, c.id, 0, uint64(last), s.id, ep)
+				l.uncork()
 				if err := e.sendOn(context.Background(), &w, dst, h[:], data[last:]); err != nil {
 					return ctxErr("Send", err)
 				}

@@ -206,8 +206,9 @@ func TestCommMalformed(t *testing.T) { each(t, "comm-malformed", 2) }
 
 // commLimits against the rule its comment states, at its edges: the full
 // eager limit from 3,786,496 heap bytes a peer, 4 KiB steps below it,
-// ErrHeapExhausted under 345,856 a peer, and the frag size (256 KiB once
-// an eighth of the heap holds it) never below the eager limit.
+// ErrHeapExhausted under 345,856 a peer, and the frag size (FragMax once
+// an eighth of the heap holds it, the largest multiple of 4 KiB that it
+// holds below that) never below the eager limit.
 func TestCommLimits(t *testing.T) {
 	const full, least = 3_786_496, 345_856
 	for _, c := range []struct {
@@ -220,7 +221,10 @@ func TestCommLimits(t *testing.T) {
 		{16 << 20, 8, 36 << 10, 36 << 10},   // docs/ring.md's example
 		{128 << 20, 36, 64 << 10, 64 << 10}, // the default heap's most PEs at 64 KiB
 		{128 << 20, 37, 60 << 10, 60 << 10},
-		{128 << 20, 2, FragMax, EagerMax}, // an eighth of it holds 256 KiB frags
+		{128 << 20, 2, 580 << 10, EagerMax}, // an eighth of it holds 580 KiB frags
+		{128 << 20, 3, 288 << 10, EagerMax},
+		{256 << 20, 2, FragMax, EagerMax},  // and of this one 1 MiB frags
+		{128 << 20, 8, 80 << 10, EagerMax}, // docs/ring.md's example
 		{least, 2, 4 << 10, 4 << 10},
 		{3 * least, 4, 4 << 10, 4 << 10},
 		{least - 1, 2, 0, 0},
