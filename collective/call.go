@@ -46,14 +46,13 @@ func (c *call) begin(t *shmem.Team) error {
 	}
 	c.t, c.pe = t, t.PE()
 	c.n, c.me = t.NPEs(), t.MyPE()
-	var area shmem.Sym[uint8]
-	c.words, area = t.CollectiveArea()
-	if area.Len() > scratchOff {
-		c.bytes = area.Slice(scratchOff, area.Len())
+	st := t.CollectiveState()
+	ts, _ := (*st).(*teamState)
+	if ts == nil {
+		ts = c.newTeamState()
+		*st = ts
 	}
-	c.lw, c.lb = c.words.Local(), c.bytes.Local()
-	c.far = c.spansHosts()
-	c.g = newGeometry(c.n, len(c.lb), c.far)
+	c.words, c.bytes, c.lw, c.lb, c.far, c.g = ts.words, ts.bytes, ts.lw, ts.lb, ts.far, ts.g
 	if c.g.rounds > maxRounds || c.lw == nil || c.lb == nil {
 		t.EndCollective(nil)
 		return fmt.Errorf("collective: a team of %d PEs: at most %d are supported: %w", c.n, 1<<(maxRounds+1)-1, shmem.ErrInvalid)
@@ -65,6 +64,32 @@ func (c *call) begin(t *shmem.Team) error {
 	c.algo, err = algoFromEnv()
 	c.fail(err)
 	return nil
+}
+
+// teamState is what a call derives from its team alone, the same for
+// every call on it: kept with the team (shmem.Team.CollectiveState).
+type teamState struct {
+	words shmem.Sym[uint64]
+	bytes shmem.Sym[uint8]
+	lw    []uint64
+	lb    []byte
+	far   bool
+	g     geometry
+}
+
+// newTeamState derives c's team's state; c has its team, PE and sizes.
+func (c *call) newTeamState() *teamState {
+	ts := new(teamState)
+	var area shmem.Sym[uint8]
+	ts.words, area = c.t.CollectiveArea()
+	if area.Len() > scratchOff {
+		ts.bytes = area.Slice(scratchOff, area.Len())
+	}
+	ts.lw, ts.lb = ts.words.Local(), ts.bytes.Local()
+	c.far = c.spansHosts()
+	ts.far = c.far
+	ts.g = newGeometry(c.n, len(ts.lb), ts.far)
+	return ts
 }
 
 // end ends the call with its result err, which it returns (see

@@ -35,6 +35,7 @@ type Team struct {
 	calls     atomic.Uint64 // under SHMEM_DEBUG: collective calls entered on the team (debugorder.go)
 	destroyed atomic.Bool
 	coll      block // the collective area (team_coll.go), never freed
+	collState any   // the collective package's state of the team (CollectiveState), under mu
 }
 
 func newTeam(pe *PE, slot int, members []int) *Team {

@@ -37,6 +37,13 @@ func (t *Team) CollectiveArea() (words Sym[uint64], bytes Sym[uint8]) {
 		Sym[uint8]{b: b, off: b.off, n: collAreaLen}
 }
 
+// CollectiveState is where the collective package keeps what it derives
+// once from the team (the local views of its area, the layout of its
+// message buffers), for the team's lifetime, so that a call does not
+// derive it again. Only the collective package should use it, and only
+// between BeginCollective and EndCollective, whose lock guards it.
+func (t *Team) CollectiveState() *any { return &t.collState }
+
 // BeginCollective starts one collective call of this PE on the team: it
 // takes the team's lock, which orders the call against this PE's other
 // goroutines' collectives, Split, Split2D and Destroy on the team (Sync
