@@ -1382,24 +1382,12 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 		return ctxErr("Send", err) // not announced: nothing to withdraw
 	}
 	l := e.r.outTo[dst]
-	// Frags are fragTo(dst) bytes long, from the first byte, up to the
-	// final frag: the last half of the message, or the last frag's worth
-	// if that is less. The final frag goes after the commit: a receive
-	// that has every byte knows the sender committed, so it may complete
-	// (and reuse its claim word) at once. So the receiver copies out
-	// what came before it while it travels, and a message of up to two
-	// frags still sends half of itself before the match.
+	// The early frags (before spec) go each only while fewer than
+	// specFrags early frags of the lane (this message's or another's)
+	// are unacknowledged (sendvEarly: the lane's other slots stay the
+	// eager messages').
 	frag := e.fragTo(dst)
-	last := len(data) - min(frag, (len(data)+1)/2)
-	// Frags go from the start, before any match, tagged specEpoch: up to
-	// spec bytes (specBytes, but at least one frag), each while fewer
-	// than specFrags early frags of the lane (this message's or
-	// another's) are unacknowledged (sendvEarly: the lane's other slots
-	// stay the eager messages'). A receive that matches as the rts
-	// arrives takes them (Comm.match), so a message whose receive is
-	// waiting does not wait a round trip for its first bytes; otherwise
-	// they are dropped.
-	spec := min(last, min(specFrags, max(1, specBytes/frag))*frag)
+	last, spec := rdvCut(len(data), frag)
 	ep, off, matched := uint32(specEpoch), 0, false
 	for {
 		// One look at the claim words, and what they ask for, holding
@@ -1483,6 +1471,25 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 		}
 		return e.withdraw(c, s, kind, werr)
 	}
+}
+
+// rdvCut is how a rendezvous Send cuts a message of n bytes (more than
+// the eager limit) into frags of up to frag bytes: they run from the
+// first byte up to last, where the final frag begins: the last half of
+// the message, or the last frag's worth if that is less. The final frag
+// goes after the commit: a receive that has every byte knows the sender
+// committed, so it may complete (and reuse its claim word) at once; the
+// receiver copies out what came before it while it travels, and a
+// message of up to two frags still sends half of itself before the
+// match. The frags before spec may go early, before any match, tagged
+// specEpoch (sendRdv): whole frags, at most specFrags of them and
+// specBytes (but at least one frag), never the final frag. A receive
+// that matches as the rts arrives takes them (Comm.match), so a message
+// whose receive is waiting does not wait a round trip for its first
+// bytes; otherwise they are dropped.
+func rdvCut(n, frag int) (last, spec int) {
+	last = n - min(frag, (n+1)/2)
+	return last, min(last, min(specFrags, max(1, specBytes/frag))*frag)
 }
 
 // withdraw ends rendezvous Send s, which has not committed, with werr

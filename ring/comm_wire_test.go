@@ -242,3 +242,33 @@ func TestCommLimits(t *testing.T) {
 		}
 	}
 }
+
+// rdvCut against the rule its comment states, for every length from
+// just above the least eager limit to a few frags, and at the frag
+// sizes a Comm uses: a final frag of at least one byte and at most a
+// frag, at least half the message when that is under a frag; early
+// frags whole, before the final one, at most specFrags and specBytes
+// (but at least one frag).
+func TestRdvCut(t *testing.T) {
+	for _, frag := range []int{minFrag, 64 << 10, nearFrag, 288 << 10, 580 << 10, FragMax} {
+		for _, n := range []int{minFrag + 1, frag - 1, frag, frag + 1, 2*frag - 1, 2 * frag, 2*frag + 1, 3*frag + 7, 17*frag + 3, 64 << 20} {
+			if n <= minFrag {
+				continue
+			}
+			last, spec := rdvCut(n, frag)
+			final := n - last
+			switch {
+			case final < 1 || final > frag:
+				t.Errorf("n %d, frag %d: final frag of %d bytes", n, frag, final)
+			case final < frag && 2*final < n:
+				t.Errorf("n %d, frag %d: final frag of %d bytes, under half and under a frag", n, frag, final)
+			case spec < 0 || spec > last || spec%frag != 0 && spec != last:
+				t.Errorf("n %d, frag %d: early up to %d, final from %d", n, frag, spec, last)
+			case spec > specFrags*frag || spec > max(frag, specBytes):
+				t.Errorf("n %d, frag %d: %d bytes early", n, frag, spec)
+			case spec < min(last, frag):
+				t.Errorf("n %d, frag %d: only %d bytes early, final from %d", n, frag, spec, last)
+			}
+		}
+	}
+}
