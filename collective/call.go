@@ -31,7 +31,7 @@ type call struct {
 	// takes part in the entry exchange so the others learn of it.
 	local error
 	step  int  // the steps passed so far (reach)
-	far   bool // some member's heap is not mapped here (spansHosts, once per call)
+	far   bool // some member's heap is not mapped here (spansHosts, once per team: teamState)
 	nex   int  // the exchanges of this call so far
 	// relayed has bit j set when member j's message of the latest
 	// exchange is in the relay region (a gathered exchange's short
@@ -86,8 +86,7 @@ func (c *call) newTeamState() *teamState {
 		ts.bytes = area.Slice(scratchOff, area.Len())
 	}
 	ts.lw, ts.lb = ts.words.Local(), ts.bytes.Local()
-	c.far = c.spansHosts()
-	ts.far = c.far
+	ts.far = c.spansHosts()
 	ts.g = newGeometry(c.n, len(ts.lb), ts.far)
 	return ts
 }
@@ -137,7 +136,7 @@ const sameHostScratch = 2048
 // scratch in one message: one message's payload on a team that spans
 // hosts, where every exchange saved is a network round trip, and at
 // most sameHostScratch on a team on one host. Every member of a team
-// answers alike (spansHosts, read once per call into c.far).
+// answers alike (spansHosts, read once per team into its teamState, then c.far).
 func (c *call) scratchMax() int {
 	if c.far {
 		return c.g.payloadCap()

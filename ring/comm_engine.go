@@ -1444,7 +1444,6 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 				// Committed: the final frag goes whatever ctx says (the
 				// receiver drains its lanes, into dst or a buffer).
 				putLong(h[:], msgFrag, kind, c.id, 0, uint64(last), s.id, ep)
-				l.uncork()
 				if err := e.sendOn(context.Background(), &w, dst, h[:], data[last:]); err != nil {
 					return ctxErr("Send", err)
 				}
@@ -1481,7 +1480,9 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 // committed, so it may complete (and reuse its claim word) at once; the
 // receiver copies out what came before it while it travels, and a
 // message of up to two frags still sends half of itself before the
-// match. The frags before spec may go early, before any match, tagged
+// match. Being at least half of a message above the eager limit (4 KiB
+// at least), it is longer than corkMax, so it is published at once, not
+// corked behind the sender's next wait. The frags before spec may go early, before any match, tagged
 // specEpoch (sendRdv): whole frags, at most specFrags of them and
 // specBytes (but at least one frag), never the final frag. A receive
 // that matches as the rts arrives takes them (Comm.match), so a message

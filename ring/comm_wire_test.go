@@ -245,8 +245,8 @@ func TestCommLimits(t *testing.T) {
 
 // rdvCut against the rule its comment states, for every length from
 // just above the least eager limit to a few frags, and at the frag
-// sizes a Comm uses: a final frag of at least one byte and at most a
-// frag, at least half the message when that is under a frag; early
+// sizes a Comm uses: a final frag longer than corkMax (published at
+// once) and at most a frag, at least half the message when that is under a frag; early
 // frags whole, before the final one, at most specFrags and specBytes
 // (but at least one frag).
 func TestRdvCut(t *testing.T) {
@@ -258,8 +258,8 @@ func TestRdvCut(t *testing.T) {
 			last, spec := rdvCut(n, frag)
 			final := n - last
 			switch {
-			case final < 1 || final > frag:
-				t.Errorf("n %d, frag %d: final frag of %d bytes", n, frag, final)
+			case final <= corkMax || final > frag:
+				t.Errorf("n %d, frag %d: final frag of %d bytes (it must not be corked: over %d)", n, frag, final, corkMax)
 			case final < frag && 2*final < n:
 				t.Errorf("n %d, frag %d: final frag of %d bytes, under half and under a frag", n, frag, final)
 			case spec < 0 || spec > last || spec%frag != 0 && spec != last:

@@ -35,7 +35,6 @@ type sendLane struct {
 	cork      bool
 	waits     *atomic.Uint64
 	lastWaits uint64 // *waits at the previous message
-	now       bool   // under mu: the next message is published at once, whatever the waits say (see uncork)
 
 	next  uint64   // sequence number of the next message; starts at 1
 	acked uint64   // last value read from ackWord (Safe mode)
@@ -175,18 +174,9 @@ func (l *sendLane) corkNext(n int) bool {
 		return false
 	}
 	w := l.waits.Load()
-	corked := w == l.lastWaits && !l.now
-	l.lastWaits, l.now = w, false
+	corked := w == l.lastWaits
+	l.lastWaits = w
 	return corked
-}
-
-// uncork has the lane's next message published at once: the final frag
-// of a rendezvous Send, which nothing of that Send follows, does not
-// wait for the sender's next wait or netmesh's corkDelay.
-func (l *sendLane) uncork() {
-	l.mu.Lock()
-	l.now = true
-	l.mu.Unlock()
 }
 
 // corkMax is the largest message a corked lane publishes corked: up to
