@@ -60,8 +60,13 @@ func (c *call) begin(t *shmem.Team) error {
 	if tracer != nil {
 		tracer.note(c.pe, traceOp{kind: tBegin, word: -1})
 	}
+	if ts.algoOK {
+		c.algo = ts.algo
+		return nil
+	}
 	var err error
 	c.algo, err = algoFromEnv()
+	ts.algo, ts.algoOK = c.algo, err == nil
 	c.fail(err)
 	return nil
 }
@@ -75,6 +80,13 @@ type teamState struct {
 	lb    []byte
 	far   bool
 	g     geometry
+	// algo is GOSHMEM_COLLECTIVE_ALGO as the team's first call with a
+	// valid value read it (algoOK): read once per team, not per call
+	// (os.Getenv takes a lock that the PEs of one process share, which
+	// cost a 2-PE 8-byte AllReduce of goroutines a tenth of its time).
+	// While the value is bad, every call reads it again.
+	algo   algo
+	algoOK bool
 }
 
 // newTeamState derives c's team's state; c has its team, PE and sizes.
@@ -169,10 +181,12 @@ const (
 
 const envAlgo = "GOSHMEM_COLLECTIVE_ALGO"
 
-// algoFromEnv reads GOSHMEM_COLLECTIVE_ALGO. It is read at every call,
-// not cached, so a program may change it between calls; every PE of a
-// team must see the same value when it calls (the value is part of the
-// call's descriptor, so PEs that differ all get ErrAsymmetric).
+// algoFromEnv reads GOSHMEM_COLLECTIVE_ALGO. A team reads it at its
+// first collective call and keeps a valid value for its life
+// (teamState); a bad value fails the call, and the next call reads the
+// variable again. Every PE of a team must see the same value when it
+// reads it (the value is part of the call's descriptor, so PEs that
+// differ all get ErrAsymmetric).
 func algoFromEnv() (algo, error) {
 	switch v := os.Getenv(envAlgo); v {
 	case "", "auto":
