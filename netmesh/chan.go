@@ -31,7 +31,7 @@ import (
 // Config.ChanStreams-1 of its own; the stream index in HELLO is the
 // slot, and the acceptor refuses a second stream in a slot that is open.
 //
-// The bound: one side opens at most Config.ChanStreams (default 16, at
+// The bound: one side opens at most Config.ChanStreams (default and at
 // most 64) channel streams per link. A channel opened beyond that shares
 // the open channel stream with the fewest channels. Channels that share a
 // stream are ordered with each other, and a Flush of one waits for what

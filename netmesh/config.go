@@ -59,7 +59,7 @@ type Config struct {
 
 	// ChanStreams bounds the channel streams (chan.go) this side opens
 	// per link: channels opened beyond it share the open channel stream
-	// with the fewest channels. 0 means 16; at most 64.
+	// with the fewest channels. 0 means 64 (MaxChanStreams), the most.
 	ChanStreams int
 
 	// SockBuf sets SO_SNDBUF and SO_RCVBUF when positive. 0 keeps the

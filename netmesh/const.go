@@ -24,6 +24,11 @@ const (
 	// sender blocks before it would exceed it; a receiver that holds more
 	// unanswered requests from one stream treats it as a violation.
 	MaxOutstanding = 1 << 20
+
+	// MaxChanStreams bounds the channel streams (chan.go) one side of a
+	// link opens: HELLO's slot for a channel stream is below it, and an
+	// acceptor refuses one that is not.
+	MaxChanStreams = 64
 )
 
 // Frame types: byte 1 of every frame.
@@ -89,8 +94,8 @@ const (
 
 	// maxChanStreams bounds the channel streams one side of a link has
 	// open at once (HELLO's slot is below it): Config.ChanStreams is at
-	// most this.
-	maxChanStreams = 64
+	// most this, and by default this.
+	maxChanStreams = MaxChanStreams
 
 	hsPrefixLen   = 8  // magic, version, kind, two kind-specific bytes
 	helloFixedLen = 32 // then the job id
@@ -121,8 +126,10 @@ const (
 	defaultHeartbeat = time.Second
 	defaultMisses    = 5
 	maxStreams       = 64
-	// defaultChanStreams is Config.ChanStreams' default.
-	defaultChanStreams = 16
+	// defaultChanStreams is Config.ChanStreams' default: the wire's
+	// bound, so that shmem's MaxRemoteContexts contexts each get streams
+	// of their own. Streams open on demand: an unused bound costs nothing.
+	defaultChanStreams = maxChanStreams
 	// defaultStreams: one. Two streams carried a striped 1 MiB put or get
 	// in about 0.6-0.75 of one stream's time on loopback, but 4 MiB ones
 	// no faster (docs/performance.md, "Large transfers over TCP"); since

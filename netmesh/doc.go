@@ -31,7 +31,9 @@
 // same handshake, by either side), whose Flush waits for its own frames
 // only; Link.Flush covers the link's own connections (the default
 // context's operations) and Link.FlushAll every connection. At most
-// Config.ChanStreams per side and link; beyond, channels share.
+// Config.ChanStreams (default and most MaxChanStreams, 64) per side and
+// link; beyond, channels share (shmem never goes beyond: it bounds a PE's
+// open contexts instead).
 //
 // Who reads (lead.go, watch.go): a caller blocked in Get, Atomic or Flush
 // that finds the connection's read token free reads the connection itself

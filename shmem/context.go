@@ -21,20 +21,22 @@ import (
 // c.Fence flush the context's channels only, so they never wait for
 // another context's operations nor the default context's, and two
 // goroutines with contexts of their own share no lock or flush. The
-// bound: a PE opens at most 16 channel streams per remote PE; the
-// contexts beyond share the stream with the fewest contexts, and a
-// Quiet of one then also waits for what the others sharing that stream
-// queued before it (docs/memory-model.md). PE.Quiet, PEQuiet and
+// bound that keeps this true: a PE with PEs on other hosts has at most
+// MaxRemoteContexts contexts open at once (netmesh's channel streams per
+// link, the wire's slot bound), and NewContext beyond it fails
+// (ErrInvalid), as shmem_ctx_create may; a PE whose PEs are all on its
+// host opens no channels and has no bound. PE.Quiet, PEQuiet and
 // BarrierAll complete the default context's operations only, as
 // OpenSHMEM's shmem_quiet and shmem_barrier_all do; Finalize completes
 // every context's.
 type Context struct {
-	pe     *PE
-	id     uint64
-	team   *Team // whose PE numbers the context's operations take (teamctx.go)
-	closed atomic.Bool
-	mu     sync.Mutex                // held while a channel opens and while the context closes
-	chans  []atomic.Pointer[tcpChan] // by world rank, opened on first use; nil without remote peers
+	pe      *PE
+	id      uint64
+	team    *Team // whose PE numbers the context's operations take (teamctx.go)
+	counted bool  // counted in pe.ctxOpen (the PE has remote peers)
+	closed  atomic.Bool
+	mu      sync.Mutex                // held while a channel opens and while the context closes
+	chans   []atomic.Pointer[tcpChan] // by world rank, opened on first use; nil without remote peers
 }
 
 // tcpChan is a context's route to a PE on another host: a netmesh
@@ -87,15 +89,36 @@ func (pe *PE) NewContext() (*Context, error) {
 	if err := pe.alive(); err != nil {
 		return nil, err
 	}
-	return pe.newContext(pe.world), nil
+	return pe.newContext(pe.world)
 }
 
-func (pe *PE) newContext(t *Team) *Context {
-	c := &Context{pe: pe, id: pe.ctxSeq.Add(1), team: t}
+// MaxRemoteContexts bounds the contexts a PE with PEs on other hosts has
+// open at once: each context may open a TCP connection of its own to
+// every remote PE it reaches, and a link carries at most
+// netmesh.MaxChanStreams such connections per side. Within the bound
+// every context has its own connections, so a context's Quiet never
+// waits behind another's bytes; NewContext beyond it is ErrInvalid until
+// a context is closed.
+const MaxRemoteContexts = netmesh.MaxChanStreams
+
+func (pe *PE) newContext(t *Team) (*Context, error) {
+	c := &Context{pe: pe, team: t}
 	if pe.hasRemote {
+		for {
+			n := pe.ctxOpen.Load()
+			if n >= MaxRemoteContexts {
+				return nil, fmt.Errorf("shmem: PE %d has %d contexts open, the most a PE with PEs on other hosts may have (each takes a connection of its own to each remote PE it reaches); close one first: %w",
+					pe.rank, n, ErrInvalid)
+			}
+			if pe.ctxOpen.CompareAndSwap(n, n+1) {
+				break
+			}
+		}
+		c.counted = true
 		c.chans = make([]atomic.Pointer[tcpChan], pe.npes)
 	}
-	return c
+	c.id = pe.ctxSeq.Add(1)
+	return c, nil
 }
 
 func (c *Context) check() error {
@@ -199,7 +222,9 @@ func (c *Context) Close() error {
 	err := c.Quiet()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.closed.Store(true)
+	if !c.closed.Swap(true) && c.counted {
+		c.pe.ctxOpen.Add(-1)
+	}
 	for r := range c.chans {
 		if ch := c.chans[r].Load(); ch != nil {
 			if cerr := ch.Close(); cerr != nil && err == nil {

@@ -185,8 +185,109 @@ func TestContextQuietNotBehindAnother(t *testing.T) {
 	}
 }
 
-// Goroutines of every PE, each with a context of its own (more contexts
-// than a link has channel streams, so some share), put, get, fetch-add,
+// A PE with a PE on another host has at most MaxRemoteContexts contexts
+// open: each of that many gets a channel stream of its own to the remote
+// PE (distinct slots, never a shared one), the next NewContext (world or
+// team) is ErrInvalid and changes nothing, and closing one lets the next
+// open with a stream of its own again. A PE whose PEs share its host has
+// no bound.
+func TestContextBound(t *testing.T) {
+	err := shmem.Run(2, func(pe *shmem.PE) error {
+		s, err := shmem.Malloc[int64](pe, shmem.MaxRemoteContexts+1)
+		if err != nil {
+			return err
+		}
+		if err := pe.BarrierAll(); err != nil {
+			return err
+		}
+		if pe.MyPE() == 0 {
+			ctxs := make([]*shmem.Context, shmem.MaxRemoteContexts)
+			slots := map[int]int{}
+			for i := range ctxs {
+				c, err := pe.NewContext()
+				if err != nil {
+					return fmt.Errorf("context %d of %d: %w", i, len(ctxs), err)
+				}
+				ctxs[i] = c
+				if err := shmem.P(s.Via(c), i, int64(i+1), 1); err != nil {
+					return err
+				}
+				sl := shmem.ContextSlot(c, 1)
+				if j, ok := slots[sl]; ok || sl < 0 {
+					return fmt.Errorf("context %d has slot %d, as context %d has", i, sl, j)
+				}
+				slots[sl] = i
+			}
+			if _, err := pe.NewContext(); !errors.Is(err, shmem.ErrInvalid) {
+				return fmt.Errorf("NewContext past the bound: %v, want ErrInvalid", err)
+			}
+			if _, err := pe.World().NewContext(); !errors.Is(err, shmem.ErrInvalid) {
+				return fmt.Errorf("team NewContext past the bound: %v, want ErrInvalid", err)
+			}
+			for _, c := range ctxs {
+				if err := c.Quiet(); err != nil {
+					return err
+				}
+			}
+			freed := shmem.ContextSlot(ctxs[7], 1)
+			if err := ctxs[7].Close(); err != nil {
+				return err
+			}
+			if err := ctxs[7].Close(); !errors.Is(err, shmem.ErrFinalized) {
+				return fmt.Errorf("a second Close: %v, want ErrFinalized", err)
+			}
+			c, err := pe.World().NewContext()
+			if err != nil {
+				return fmt.Errorf("NewContext after a Close: %w", err)
+			}
+			if err := shmem.P(s.Via(c), len(ctxs), 1000, 1); err != nil {
+				return err
+			}
+			if sl := shmem.ContextSlot(c, 1); sl != freed {
+				return fmt.Errorf("the new context has slot %d, want the freed slot %d", sl, freed)
+			}
+			ctxs[7] = c
+			for _, c := range ctxs {
+				if err := c.Close(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := pe.BarrierAll(); err != nil {
+			return err
+		}
+		if pe.MyPE() == 1 {
+			for i, v := range s.Local() {
+				want := int64(i + 1)
+				if i == shmem.MaxRemoteContexts {
+					want = 1000
+				}
+				if v != want {
+					return fmt.Errorf("PE 1 element %d is %d, want %d", i, v, want)
+				}
+			}
+		}
+		return pe.BarrierAll()
+	}, shmem.WithTimeout(60*time.Second), shmem.WithHeapSize(1<<20), shmem.WithHosts(pretendHosts("remote", 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = shmem.Run(2, func(pe *shmem.PE) error {
+		for i := 0; i < 2*shmem.MaxRemoteContexts; i++ {
+			c, err := pe.NewContext()
+			if err != nil {
+				return fmt.Errorf("same-host context %d: %w", i, err)
+			}
+			defer c.Close()
+		}
+		return nil
+	}, shmem.WithHeapSize(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Goroutines of every PE, each with a context of its own, put, get, fetch-add,
 // NBI-fetch and Quiet to every other PE, with exact results; on every
 // route (same host, TCP, mixed, processes).
 var _ = register("context-streams", func(pe *shmem.PE) error {

@@ -77,7 +77,8 @@ type PE struct {
 	// this PE's Finalize unmaps (under Run); see tryEnter.
 	counted bool
 
-	ctxSeq atomic.Uint64 // numbers contexts
+	ctxSeq  atomic.Uint64 // numbers contexts
+	ctxOpen atomic.Int32  // contexts created and not closed, counted when hasRemote (context.go)
 
 	// sleeper is this PE's wake descriptor, on which every wait sleeps
 	// (wait.go); peers[rank].wake writes to it.

@@ -27,7 +27,7 @@ func (t *Team) NewContext() (*Context, error) {
 	if t.destroyed.Load() {
 		return nil, fmt.Errorf("shmem: NewContext of a destroyed team (slot %d): %w", t.slot, ErrFinalized)
 	}
-	return pe.newContext(t), nil
+	return pe.newContext(t)
 }
 
 // rank maps target, a PE number of c's team, to its world rank. Out of
