@@ -8,8 +8,7 @@ import (
 	"runtime"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
+	"unsafe"
 )
 
 // tcpLink is a loopback TCP connection between PEs 0 and 1, opened
@@ -71,16 +70,23 @@ func (b *B) tcpRTT(out, back int) limit {
 	return b.pingPong(limTCPRTTPoll, out, back, true)
 }
 
-// plainGo runs a limit of plain Go over loopback TCP with the runtime's
-// default number of Go processors (runtime.NumCPU()), as a plain Go
-// program has them: a PE with TCP links whose machine's PEs outnumber
-// its CPUs runs with its share of them (shmem lowers GOMAXPROCS), and
-// the limit must still say what plain Go does here (the 4-PE tcp-ring
-// read about 2.0 ms with the PEs' one processor, 1.4 ms with two).
-// The change is made outside the timed loop.
+// plainGo runs a limit of plain Go over loopback TCP with the Go
+// processors a plain Go program started where this PE runs would have:
+// one per CPU it may run on (its affinity now, after goshbench bound
+// it; runtime.NumCPU() was read before that). A PE with TCP links whose
+// machine's PEs outnumber its CPUs runs with its share of them (shmem
+// lowers GOMAXPROCS), and the limit must still say what plain Go does
+// here (the 4-PE tcp-ring read about 2.0 ms with the PEs' one processor,
+// 1.4 ms with two); a bound PE has one CPU, and a second processor there
+// only adds a thread that takes turns with the poller on it. The change
+// is made outside the timed loop.
 func plainGo(run measureFn) measureFn {
 	return func(n int) (sample, error) {
-		if p := runtime.NumCPU(); runtime.GOMAXPROCS(0) < p {
+		p := runtime.NumCPU()
+		if cpus, err := allowedCPUs(); err == nil && len(cpus) > 0 {
+			p = len(cpus)
+		}
+		if runtime.GOMAXPROCS(0) != p {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(p))
 		}
 		return run(n)
@@ -135,7 +141,17 @@ func (b *B) pingPong(name string, out, back int, poll bool) limit {
 }
 
 // spinRead fills p from the link with non-blocking reads, never parking
-// in the netpoller; it gives up at deadline.
+// in the netpoller; it gives up at deadline. The reads are raw system
+// calls (the socket is non-blocking, so none waits; through
+// syscall.Syscall each would enter and leave the runtime's syscall
+// state), and every pollGosched empty reads the goroutine yields its Go
+// processor (runtime.Gosched), as a polling runtime must (netmesh's
+// spinYield): while it never does, the process's other goroutines (a
+// timer, a reader woken by the netpoller) get a processor only through
+// another thread on the PE's one bound CPU, and the round trip paid for
+// it. Bound PEs, 8 bytes: the plain spin read 30-55 µs where this reads
+// 13-21 (docs/performance.md, "The tcp-rtt-poll limit spins as a
+// poller must").
 func (l *tcpLink) spinRead(p []byte, deadline time.Time) error {
 	if l.raw == nil {
 		rc, err := l.conn.(*net.TCPConn).SyscallConn()
@@ -147,19 +163,22 @@ func (l *tcpLink) spinRead(p []byte, deadline time.Time) error {
 	var rerr error
 	err := l.raw.Read(func(fd uintptr) bool {
 		for i := 1; len(p) > 0; i++ {
-			k, err := unix.Read(int(fd), p)
+			k, _, errno := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 			switch {
-			case err == nil && k == 0:
+			case errno == 0 && k == 0:
 				rerr = io.ErrUnexpectedEOF
 				return true
-			case err == nil:
+			case errno == 0:
 				p = p[k:]
-			case err != unix.EAGAIN && err != unix.EINTR:
-				rerr = os.NewSyscallError("read", err)
+				continue
+			case errno != syscall.EAGAIN && errno != syscall.EINTR:
+				rerr = os.NewSyscallError("read", errno)
 				return true
 			case i%1024 == 0 && time.Now().After(deadline):
 				rerr = os.ErrDeadlineExceeded
 				return true
+			case i%pollGosched == 0:
+				runtime.Gosched()
 			}
 		}
 		return true
@@ -169,6 +188,11 @@ func (l *tcpLink) spinRead(p []byte, deadline time.Time) error {
 	}
 	return rerr
 }
+
+// pollGosched: a limit that spins on non-blocking reads yields its Go
+// processor every pollGosched empty reads (spinRead, tcpStar.wait), as
+// netmesh's pollers do (its spinYield).
+const pollGosched = 32
 
 // tcpFrames is tcpStream counted in frames of frameBytes bytes: the
 // operations per second a link could carry if each operation cost

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
@@ -101,8 +102,11 @@ func (s *tcpStar) wait(r int, buf *[8]byte, way starWay, deadline time.Time) err
 		case errno != syscall.EAGAIN && errno != syscall.EINTR:
 			return errno
 		}
-		if way == waitYield {
+		switch {
+		case way == waitYield:
 			syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		case way == waitPoll && i%pollGosched == 0:
+			runtime.Gosched() // as spinRead does
 		}
 		if (way == waitBlock || i%1024 == 0) && time.Now().After(deadline) {
 			return fmt.Errorf("no message from PE %d within the timeout", r)
