@@ -51,8 +51,10 @@
 // (Mesh.Poll): about the kernel's round trip instead of a thread wake-up
 // per frame (docs/wire.md, "Engine").
 //
-// Faults: a peer that closes, resets, stays silent for Heartbeat*Misses,
-// or leaves sent data unacknowledged that long is lost: every operation
+// Faults: a peer that closes, resets, stays silent for Heartbeat*Misses
+// while its host acknowledges nothing, or leaves sent data
+// unacknowledged that long is lost (a silent peer whose host keeps
+// acknowledging is busy or stopped, not lost: watchdog.go): every operation
 // pending on the link fails with an error wrapping errs.PeerLost that
 // names the rank, later operations fail at once, and Config.OnLost is
 // called once. A peer that breaks the protocol is sent an ERROR frame and

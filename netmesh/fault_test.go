@@ -209,9 +209,11 @@ func TestBlockingTimeoutKeepsLink(t *testing.T) {
 	}
 }
 
-// A peer that closes or resets the connection, or goes silent, is lost:
-// a pending Get fails with errs.PeerLost naming the rank, within the
-// heartbeat timeout; later operations fail at once; OnLost runs once.
+// A peer that closes, resets or half-closes the connection is lost: a
+// pending Get fails with errs.PeerLost naming the rank, within the
+// heartbeat timeout; later operations fail at once; OnLost runs once. (A
+// peer whose host stops acknowledging is lost too, by silence and by
+// TCP_USER_TIMEOUT: TestNetnsPartition cuts a link between namespaces.)
 func TestPeerLost(t *testing.T) {
 	const hb = 50 * time.Millisecond
 	cases := []struct {
@@ -220,7 +222,6 @@ func TestPeerLost(t *testing.T) {
 	}{
 		{"close", func(r *rawPeer) { r.c.Close() }},
 		{"reset", func(r *rawPeer) { r.c.SetLinger(0); r.c.Close() }},
-		{"silent", func(r *rawPeer) {}},
 		{"half-close", func(r *rawPeer) { r.c.CloseWrite() }},
 	}
 	for _, tc := range cases {
@@ -260,6 +261,59 @@ func TestPeerLost(t *testing.T) {
 				t.Fatal("loss not logged")
 			}
 		})
+	}
+}
+
+// A peer that sends nothing while its host acknowledges this side's
+// bytes (its process holds the socket open: busy in code the Go runtime
+// cannot preempt, or stopped in a debugger) is not lost, however long
+// past Heartbeat*Misses it stays silent: a Get waiting on it ends at the
+// timeout, the link stays up, OnLost does not run, the mesh logs it once,
+// and the peer's next answer is taken.
+func TestBusyPeerIsNotLost(t *testing.T) {
+	const hb = 100 * time.Millisecond
+	p, r := rawJob(t, 1<<16, func(c *Config) {
+		c.Heartbeat = hb
+		c.Timeout = 3 * time.Second // the peer stays silent for 6 loss times
+	})
+	l := p.m.Link(0)
+	res := make(chan error, 1)
+	go func() { res <- l.Get(make([]byte, 8), 0) }()
+	if _, err := r.readUntil(typeGet, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-res:
+		if !errors.Is(err, errs.Timeout) {
+			t.Fatalf("the get waiting on a silent peer whose host answers: %v, want errs.Timeout", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pending get did not end")
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("the link: %v", err)
+	}
+	if n := p.lostCount(0); n != 0 {
+		t.Fatalf("OnLost called %d times", n)
+	}
+	if !p.logs.contains("busy or stopped") {
+		t.Fatal("the silence was not logged")
+	}
+	done := make(chan error, 1)
+	go func() {
+		v, err := l.Atomic(8, OpFetch, 0, 0, 0)
+		if err == nil && v != 5 {
+			err = fmt.Errorf("fetched %d, want 5", v)
+		}
+		done <- err
+	}()
+	f, err := r.readUntil(typeAtomic, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.send(appendAtomicResp(nil, f.ID, statusOK, 5))
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 

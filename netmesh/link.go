@@ -906,6 +906,7 @@ type stream struct {
 	// Watchdog state, owned by the watchdog goroutine.
 	seenRecv, seenSend uint64
 	recvAt, sendAt     time.Time
+	busyLogged         bool // this silence is logged as a busy peer (watchdog.go)
 }
 
 func newStream(l *Link, idx int, c *net.TCPConn) (*stream, error) {

@@ -20,6 +20,9 @@ type Mesh struct {
 	hs        hsParams
 	ln        net.Listener
 	lossAfter time.Duration // Heartbeat * Misses
+	// hostAcks is stream.peerHostAcks; a test replaces it before the
+	// watchdog's first tick to play a host that acknowledges nothing.
+	hostAcks  func(st *stream, within time.Duration) bool
 	hsTimeout time.Duration
 	ctx       context.Context // cancelled when Close begins
 	cancel    context.CancelFunc
@@ -62,6 +65,7 @@ func Listen(cfg Config) (*Mesh, error) {
 		cfg:       cfg,
 		ln:        ln,
 		lossAfter: cfg.Heartbeat * time.Duration(cfg.Misses),
+		hostAcks:  (*stream).peerHostAcks,
 		hsTimeout: min(handshakeTimeout, cfg.Timeout),
 		links:     make(map[int]*Link),
 		hsConns:   make(map[net.Conn]struct{}),

@@ -346,3 +346,30 @@ func syscallFn(raw bool) func(trap, a1, a2, a3 uintptr) (uintptr, uintptr, sysca
 // resumes on a thread that must be woken first (heap.Yield, which shmem's
 // waits use, measured it: docs/performance.md).
 func yieldCPU() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// peerHostAcks reports whether the peer's host acknowledged bytes this
+// side sent on st within the last within (TCP_INFO's
+// tcpi_last_ack_recv) and the connection is open: its kernel runs and
+// its process still holds the socket (a process that ended would have
+// closed it). This side sends at least a HEARTBEAT per interval, so a
+// host that is alive acknowledges something in every interval (some
+// bytes may be unacknowledged at any moment: the peer's kernel delays
+// its ACKs up to 40 ms). Any error reading it says no.
+func (st *stream) peerHostAcks(within time.Duration) bool {
+	raw, err := st.conn.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var info *unix.TCPInfo
+	var gerr error
+	if err := raw.Control(func(fd uintptr) {
+		info, gerr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil || gerr != nil {
+		return false
+	}
+	return info.State == tcpEstablished && time.Duration(info.Last_ack_recv)*time.Millisecond < within
+}
+
+// tcpEstablished is TCP_ESTABLISHED (include/net/tcp_states.h), TCP_INFO's
+// state of an open connection.
+const tcpEstablished = 1

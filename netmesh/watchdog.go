@@ -11,7 +11,19 @@ import (
 //
 //   - receive side: if no read returned data for Heartbeat*Misses (on
 //     the watchdog's clock, below), the peer is lost (a live peer sends
-//     at least a HEARTBEAT per interval);
+//     at least a HEARTBEAT per interval), unless the peer's host has
+//     acknowledged this side's bytes within that time (peerHostAcks):
+//     then the peer's process holds its socket open and
+//     its kernel runs, but the process sends nothing. It is busy in code
+//     the Go runtime cannot preempt (a loop of large copy() calls on a
+//     PE bound to one CPU starves the PE's timer and writer goroutines:
+//     its heartbeats stopped for as long as the loop ran), or stopped in
+//     a debugger. Neither is a lost peer; a call waiting on it ends at
+//     Config.Timeout (ErrTimeout) as for any slow peer. A host that is
+//     gone or cut off acknowledges nothing: this side's heartbeats stay
+//     unacknowledged, so silence still means loss there, and
+//     TCP_USER_TIMEOUT (the same Heartbeat*Misses) fails the connection
+//     too;
 //   - send side: if no batch was written for one Heartbeat, it queues a
 //     HEARTBEAT;
 //   - blocked callers: a caller whose deadline (Config.Timeout) passed is
@@ -101,10 +113,17 @@ func (st *stream) watch(now time.Time) {
 	m := st.l.m
 	st.expire(mono())
 	if r := st.recvs.Load(); r != st.seenRecv || st.recvAt.IsZero() {
-		st.seenRecv, st.recvAt = r, now
+		st.seenRecv, st.recvAt, st.busyLogged = r, now, false
 	} else if silent := now.Sub(st.recvAt); silent >= m.lossAfter {
-		st.l.fail(st.l.lostErr(fmt.Errorf("stream %d silent for %v (heartbeat %v, %d missed)", st.idx, silent.Round(time.Millisecond), m.cfg.Heartbeat, m.cfg.Misses)), true)
-		return
+		if !m.hostAcks(st, m.lossAfter) {
+			st.l.fail(st.l.lostErr(fmt.Errorf("stream %d silent for %v (heartbeat %v, %d missed)", st.idx, silent.Round(time.Millisecond), m.cfg.Heartbeat, m.cfg.Misses)), true)
+			return
+		}
+		if !st.busyLogged {
+			st.busyLogged = true
+			m.logf("netmesh: PE %d: PE %d has sent nothing on stream %d for %v, but its host acknowledges this side's heartbeats: it is busy or stopped, not lost (calls waiting on it end at the timeout)",
+				m.cfg.Rank, st.l.rank, st.idx, silent.Round(time.Millisecond))
+		}
 	}
 	if a := st.q.activity.Load(); a != st.seenSend || st.sendAt.IsZero() {
 		st.seenSend, st.sendAt = a, now
