@@ -30,13 +30,12 @@ import (
 // OpenSHMEM's shmem_quiet and shmem_barrier_all do; Finalize completes
 // every context's.
 type Context struct {
-	pe      *PE
-	id      uint64
-	team    *Team // whose PE numbers the context's operations take (teamctx.go)
-	counted bool  // counted in pe.ctxOpen (the PE has remote peers)
-	closed  atomic.Bool
-	mu      sync.Mutex                // held while a channel opens and while the context closes
-	chans   []atomic.Pointer[tcpChan] // by world rank, opened on first use; nil without remote peers
+	pe     *PE
+	id     uint64
+	team   *Team // whose PE numbers the context's operations take (teamctx.go)
+	closed atomic.Bool
+	mu     sync.Mutex                // held while a channel opens and while the context closes
+	chans  []atomic.Pointer[tcpChan] // by world rank, opened on first use; nil without remote peers (then not in pe.ctxOpen)
 }
 
 // tcpChan is a context's route to a PE on another host: a netmesh
@@ -114,7 +113,6 @@ func (pe *PE) newContext(t *Team) (*Context, error) {
 				break
 			}
 		}
-		c.counted = true
 		c.chans = make([]atomic.Pointer[tcpChan], pe.npes)
 	}
 	c.id = pe.ctxSeq.Add(1)
@@ -222,7 +220,7 @@ func (c *Context) Close() error {
 	err := c.Quiet()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.closed.Swap(true) && c.counted {
+	if !c.closed.Swap(true) && c.chans != nil {
 		c.pe.ctxOpen.Add(-1)
 	}
 	for r := range c.chans {
