@@ -349,7 +349,9 @@ func (pe *PE) closeProcess(retire bool) error {
 	for r := range pe.peers {
 		p := &pe.peers[r]
 		if p.conn != nil {
-			p.conn.Write([]byte{segBye})
+			if pe.met.Load() {
+				p.conn.Write([]byte{segBye})
+			}
 			p.conn.Close()
 			p.conn = nil
 		}

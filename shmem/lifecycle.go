@@ -258,15 +258,20 @@ func (pe *PE) Finalize() error {
 			if pe.checked() {
 				err = pe.agree(opFinalize, 0, 0)
 			} else {
-				err = pe.world.sync()
+				err = pe.world.syncFinal()
 			}
 		}
+		// met tells the peers how this PE leaves: with the others
+		// (a same-host peer gets the goodbye byte, closeProcess), or
+		// without them, which breaks every peer's waits that it is not
+		// past (watch; departed under Run).
+		pe.met.Store(err == nil)
 		var serr error
 		if clean, serr = pe.settle(stLeaving, stClosed); err == nil {
 			err = serr
 		}
-		if err == nil && pe.job != nil {
-			pe.job.departed(pe.rank)
+		if pe.job != nil {
+			pe.job.departed(pe.rank, pe.met.Load())
 		}
 	}
 	if rerr := pe.release(clean); err == nil {

@@ -9,10 +9,12 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/testhook"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -277,32 +279,48 @@ var _ = register("lock-after-timeout", func(pe *shmem.PE) error {
 
 func TestLockAfterTimeout(t *testing.T) { eachTimeout(t, "lock-after-timeout", 2*time.Second, 3) }
 
-// A PE that finalizes while the others are in a barrier (its final
-// barrier pairs with theirs) leaves: their next wait on it ends with
-// ErrPeerLost within 2 s, whatever it is, instead of hanging until the
-// timeout.
+// A PE that finalizes while the others are in a barrier: its final
+// barrier meets theirs. Finalize's barrier is marked, so both sides see
+// the mismatch at once: the others' BarrierAll fails (ErrAsymmetric, or
+// ErrPeerLost for a PE that saw PE 0 leave first) within 2 s, the job is
+// broken on them (the next call fails too), and PE 0's Finalize fails,
+// never by waiting out the timeout. Until the mark, the others' barrier
+// returned nil (PE 0's final barrier let it out); a second one ended
+// with ErrPeerLost once PE 0 had gone, but their Finalize waited the
+// whole timeout for a same-host PE 0 whose goodbye came after they had
+// begun it. On 2, 3 and 4 PEs every barrier algorithm runs: flat (one
+// host), dissemination (2 PEs over TCP) and gather (3 or 4 over TCP).
 var _ = register("finalize-against-barrier", func(pe *shmem.PE) error {
+	mismatched := func(err error) bool {
+		return (errors.Is(err, shmem.ErrAsymmetric) || errors.Is(err, shmem.ErrPeerLost)) && !errors.Is(err, shmem.ErrTimeout)
+	}
 	if pe.MyPE() == 0 {
-		return pe.Finalize()
+		if err := pe.Finalize(); !mismatched(err) {
+			return fmt.Errorf("PE 0's Finalize against barriers: %v, want ErrAsymmetric or ErrPeerLost", err)
+		}
+		return nil
 	}
 	start := time.Now()
-	var err error
-	for i := 0; i < 2 && err == nil; i++ {
-		err = pe.BarrierAll()
-	}
-	if !errors.Is(err, shmem.ErrPeerLost) {
-		return fmt.Errorf("barrier after PE 0 finalized: %v, want ErrPeerLost", err)
+	if err := pe.BarrierAll(); !mismatched(err) {
+		return fmt.Errorf("barrier against PE 0's Finalize: %v, want ErrAsymmetric or ErrPeerLost", err)
 	}
 	if el := time.Since(start); el > 2*time.Second {
-		return fmt.Errorf("PE %d noticed PE 0's departure after %v", pe.MyPE(), el)
+		return fmt.Errorf("PE %d noticed the mismatch after %v", pe.MyPE(), el)
 	}
-	if err := pe.Finalize(); !errors.Is(err, shmem.ErrPeerLost) {
-		return fmt.Errorf("Finalize of a broken job: %v, want ErrPeerLost", err)
+	if err := pe.Quiet(); err == nil {
+		return fmt.Errorf("Quiet after the mismatch: nil, want the job's error")
+	}
+	if err := pe.Finalize(); !mismatched(err) {
+		return fmt.Errorf("Finalize of a broken job: %v, want ErrAsymmetric or ErrPeerLost", err)
 	}
 	return nil
 })
 
-func TestFinalizeAgainstBarrier(t *testing.T) { each(t, "finalize-against-barrier", 3) }
+func TestFinalizeAgainstBarrier(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		eachWith(t, "finalize-against-barrier", n, []shmem.Option{shmem.WithTimeout(20 * time.Second)}, "GOSHMEM_TIMEOUT=20s")
+	}
+}
 
 // A program that keeps Local and Ptr slices past Finalize, against the
 // docs, does not fault when it uses them: a launched PE retires its
@@ -460,22 +478,36 @@ var _ = register("exit-without-finalize", func(pe *shmem.PE) error {
 		os.Exit(0)
 	}
 	start := time.Now()
-	err = shmem.WaitUntil(flag, 0, shmem.CmpEQ, 1)
+	return reportLost(pe, start, shmem.WaitUntil(flag, 0, shmem.CmpEQ, 1))
+})
+
+// reportLost writes whether err is ErrPeerLost, and the milliseconds
+// since start, into GOSHMEM_TEST_DIR for lostWithin2s, and returns err.
+func reportLost(pe *shmem.PE, start time.Time, err error) error {
 	report := fmt.Sprintf("%v %d", errors.Is(err, shmem.ErrPeerLost), time.Since(start).Milliseconds())
 	name := filepath.Join(os.Getenv("GOSHMEM_TEST_DIR"), strconv.Itoa(pe.MyPE()))
 	if werr := os.WriteFile(name, []byte(report), 0o644); werr != nil {
 		return werr
 	}
 	return err
-})
+}
 
 func TestExitWithoutFinalize(t *testing.T) {
+	lostWithin2s(t, "exit-without-finalize", 1, []int{0, 2})
+}
+
+// lostWithin2s runs scenario name on 3 processes on one host, in which
+// PE victim exits without Finalize and the survivors report whether
+// their wait ended with ErrPeerLost, and after how long, in
+// GOSHMEM_TEST_DIR: the job must fail, and every survivor's wait end so
+// within 2 s.
+func lostWithin2s(t *testing.T, name string, victim int, survivors []int) {
 	dir := t.TempDir()
-	err := scenarios.Processes(3, "exit-without-finalize", nil, "GOSHMEM_TEST_DIR="+dir)
+	err := scenarios.Processes(3, name, nil, "GOSHMEM_TEST_DIR="+dir, "GOSHMEM_TIMEOUT=20s")
 	if err == nil {
-		t.Fatal("the job succeeded although PE 1 exited without Finalize")
+		t.Fatalf("the job succeeded although PE %d exited without Finalize", victim)
 	}
-	for _, r := range []int{0, 2} {
+	for _, r := range survivors {
 		b, rerr := os.ReadFile(filepath.Join(dir, strconv.Itoa(r)))
 		if rerr != nil {
 			t.Fatalf("PE %d reported nothing (%v); the job: %v", r, rerr, err)
@@ -487,3 +519,51 @@ func TestExitWithoutFinalize(t *testing.T) {
 		}
 	}
 }
+
+// A same-host PE that dies while the others are inside Finalize's
+// barrier ends their Finalize with ErrPeerLost within 2 s. The
+// survivors' step hook (called at each barrier's start, after Finalize
+// has moved them out of the running state) writes into the victim's heap
+// through its mapping; the victim exits without Finalize only once both
+// have, so the death falls inside their final barrier every time. The
+// survivors ignore the launcher's SIGTERM long enough to report what
+// they saw, in GOSHMEM_TEST_DIR (as exit-without-finalize). Until a
+// death was heeded in every state but closed, the liveness link's end of
+// file was ignored once a PE had begun Finalize, and the survivors
+// waited out GOSHMEM_TIMEOUT.
+var _ = register("die-in-final-barrier", func(pe *shmem.PE) error {
+	const victim = 2
+	me := pe.MyPE()
+	in, err := shmem.Malloc[int64](pe, 2)
+	if err != nil {
+		return err
+	}
+	signal.Ignore(syscall.SIGTERM)
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	if me == victim {
+		w := in.Local()
+		for atomic.LoadInt64(&w[0]) == 0 || atomic.LoadInt64(&w[1]) == 0 {
+			runtime.Gosched()
+		}
+		os.Exit(0)
+	}
+	p := shmem.Ptr(in, victim)
+	if p == nil {
+		return fmt.Errorf("the victim's heap is not mapped here")
+	}
+	f := func(rank, step int) {
+		if rank == me && step == 0 {
+			atomic.StoreInt64(&p[me], 1) // the only barrier left is Finalize's
+		}
+	}
+	testhook.Step.Store(&f)
+	start := time.Now()
+	return reportLost(pe, start, pe.Finalize())
+})
+
+func TestDieInFinalBarrier(t *testing.T) {
+	lostWithin2s(t, "die-in-final-barrier", 2, []int{0, 1})
+}
+

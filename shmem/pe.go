@@ -44,6 +44,7 @@ type PE struct {
 
 	lost   atomic.Pointer[error] // first reason the job is broken, if any
 	leaked atomic.Bool           // Finalize left the memory mapped: calls were stuck inside
+	met    atomic.Bool           // Finalize's barrier completed: this PE leaves with the others
 	done   chan struct{}         // closed when the PE is closed and released
 	_      [64]byte
 	// gate is the lifecycle word (lifecycle.go): state and calls in

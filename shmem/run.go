@@ -207,16 +207,24 @@ func (j *runJob) fail(rank int, err error) {
 	}
 }
 
-// departed is called when PE rank has finalized. A PE that still runs
-// (has not begun its own Finalize) had its barrier pair with rank's final
-// one, a mismatched collective: no collective with rank can complete
-// now, so its waits end with ErrPeerLost. (A PE's Finalize completes only
-// once every PE has entered the final barrier, so in a correct program
-// no PE still runs.) Launched PEs notice the same through the goodbye
-// byte on the liveness link (watch).
-func (j *runJob) departed(rank int) {
+// departed is called when PE rank has finalized; met says whether its
+// final barrier completed. A PE that still runs (has not begun its own
+// Finalize) had its barrier pair with rank's final one, a mismatched
+// collective: no collective with rank can complete now, so its waits end
+// with ErrPeerLost. (A PE's Finalize completes only once every PE has
+// entered the final barrier, so in a correct program no PE still runs.)
+// A rank whose final barrier failed breaks the waits of every PE still
+// open, Finalize's own barrier included: rank will not take part in it.
+// Launched PEs notice the same through the liveness link (watch).
+func (j *runJob) departed(rank int, met bool) {
 	for _, pe := range j.pes {
-		if pe.rank != rank && pe.running() {
+		if pe.rank == rank {
+			continue
+		}
+		switch {
+		case !met:
+			pe.markLost(fmt.Errorf("shmem: PE %d left without completing its Finalize: %w", rank, ErrPeerLost))
+		case pe.running():
 			pe.markLost(fmt.Errorf("shmem: PE %d finalized while PE %d had not (mismatched collective calls): %w", rank, pe.rank, ErrPeerLost))
 		}
 	}

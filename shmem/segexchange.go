@@ -41,8 +41,9 @@ import (
 //	dialer's segment, 1 byte segFD + the same two descriptors, sent once
 //	  the exchange has passed on the dialer's side and the acceptor's
 //	  segment mapped
-//	afterwards, the liveness link: one byte segBye ('B') at Finalize, then
-//	  the close. End of file without it means the peer died.
+//	afterwards, the liveness link: one byte segBye ('B') at Finalize once
+//	  its barrier has completed, then the close. End of file without it
+//	  means the peer died or left without completing that barrier.
 //
 // The exchange checks the dialer's proof before the acceptor proves,
 // and each side sends its descriptor only once the other has proven it
@@ -445,10 +446,15 @@ func keys(m map[int]bool) []int {
 }
 
 // watch reads a same-host peer's liveness link. A goodbye byte marks a
-// clean departure; end of file or an error without one means the peer
-// died. A peer that says goodbye while this PE still runs (has not begun
-// its own Finalize) finalized against some other collective call of
-// this PE: no collective with it can complete, so the job is broken.
+// clean departure: the peer's Finalize barrier completed (closeProcess
+// sends it only then). A peer that says goodbye while this PE still runs
+// (has not begun its own Finalize) finalized against some other
+// collective call of this PE: no collective with it can complete, so the
+// job is broken. End of file or an error without a goodbye means the
+// peer died, or left without completing its Finalize: the job is broken
+// whatever this PE is doing, Finalize's own barrier included, since the
+// peer will not take part in it (markLost does nothing once this PE is
+// closed).
 func (pe *PE) watch(p *peer, c *net.UnixConn) {
 	var b [1]byte
 	for {
@@ -462,9 +468,9 @@ func (pe *PE) watch(p *peer, c *net.UnixConn) {
 			continue
 		}
 		if err != nil {
-			if !p.departed.Load() && pe.running() && !errors.Is(err, net.ErrClosed) {
+			if !p.departed.Load() && !errors.Is(err, net.ErrClosed) {
 				pe.deferToEngine(pe.engineClient.Load())
-				pe.markLost(fmt.Errorf("shmem: PE %d (pid %d, same host) died: %w", p.rank, p.pid, ErrPeerLost))
+				pe.markLost(fmt.Errorf("shmem: PE %d (pid %d, same host) died or left without completing its Finalize: %w", p.rank, p.pid, ErrPeerLost))
 			}
 			return
 		}

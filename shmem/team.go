@@ -125,18 +125,31 @@ func (t *Team) Sync() error {
 }
 
 // sync is the team's barrier for a caller already inside the PE (an
-// entered call, or Finalize itself): it takes the team's lock but
-// checks nothing of the PE's state.
+// entered call): it takes the team's lock but checks nothing of the
+// PE's state.
 func (t *Team) sync() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.syncLocked()
 }
 
+// syncFinal is Finalize's barrier on the world team: sync, with every
+// flag it stores marked (finalMark), so that a member in another barrier
+// of the same epoch fails with ErrAsymmetric instead of leaving.
+func (t *Team) syncFinal() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.syncMarked(finalMark)
+}
+
 // syncLocked is the team's barrier, the one syncAlgorithm chose when the
 // team was created; the choice never changes, and every member makes the
 // same one, so every member of a team runs the same barrier.
-func (t *Team) syncLocked() error {
+func (t *Team) syncLocked() error { return t.syncMarked(0) }
+
+// syncMarked is syncLocked storing the epoch with mark (0, or finalMark
+// for Finalize's barrier) into every flag.
+func (t *Team) syncMarked(mark uint64) error {
 	pe := t.pe
 	if t.destroyed.Load() {
 		return fmt.Errorf("shmem: team (slot %d) is destroyed: %w", t.slot, ErrFinalized)
@@ -147,16 +160,36 @@ func (t *Team) syncLocked() error {
 	}
 	t.debugEnter()
 	t.epoch++
+	e := t.epoch | mark
 	var err error
 	switch t.alg {
 	case syncFlatAlg:
-		err = t.syncFlat(t.epoch)
+		err = t.syncFlat(e)
 	case syncGatherAlg:
-		err = t.syncGather(t.epoch)
+		err = t.syncGather(e)
 	default:
-		err = t.syncDissemination(t.epoch)
+		err = t.syncDissemination(e)
 	}
 	return t.orderErr(err)
+}
+
+// mismatch is the error of this member's barrier e (marked when it is
+// Finalize's) that found member j's flag of the same epoch from a barrier
+// of the other kind. No later collective of the team can pair up, so the
+// job is broken on this PE (markLost): its later calls and its Finalize
+// fail at once, and its peers learn it when it leaves (watch, departed).
+func (t *Team) mismatch(e uint64, j int) error {
+	pe := t.pe
+	var err error
+	if e&finalMark != 0 {
+		err = fmt.Errorf("shmem: PE %d's Finalize met PE %d in a barrier or collective allocation that this PE did not make (mismatched collective calls): %w",
+			pe.rank, t.members[j], ErrAsymmetric)
+	} else {
+		err = fmt.Errorf("shmem: PE %d's barrier %d met PE %d's Finalize: this PE made a barrier or collective allocation that PE %d did not (mismatched collective calls): %w",
+			pe.rank, e, t.members[j], t.members[j], ErrAsymmetric)
+	}
+	pe.markLost(err)
+	return err
 }
 
 // reach is step s of this member's barrier (testhook.Step): before the
@@ -242,10 +275,18 @@ func (t *Team) syncFlat(e uint64) error {
 		next = flatWaiting(n, t.me, next, e, flag)
 		return next == n
 	}
-	return pe.await(heap.FlagOff(t.slot, 0), uint64(n)*heap.FlagStride, cond,
+	if err := pe.await(heap.FlagOff(t.slot, 0), uint64(n)*heap.FlagStride, cond,
 		func() string {
-			return fmt.Sprintf("barrier %d of a %d-PE team (flat: PE %d)", e, n, t.members[min(next, n-1)])
-		})
+			return fmt.Sprintf("barrier %d of a %d-PE team (flat: PE %d)", e&^finalMark, n, t.members[min(next, n-1)])
+		}); err != nil {
+		return err
+	}
+	for j := range n {
+		if j != t.me && syncMismatch(flag(j), e) {
+			return t.mismatch(e, j)
+		}
+	}
+	return nil
 }
 
 // The flat barrier's schedule and wait rule, as pure functions, so the
@@ -284,12 +325,22 @@ func (t *Team) syncDissemination(e uint64) error {
 		if err := pe.storeWord(t.members[to], off, e); err != nil {
 			return pe.goneErr(err)
 		}
-		from = t.members[from]
-		if err := pe.awaitFrom(from, off, 8, func() bool { return syncReached(heap.Load64(pe.mem, off), e) },
+		pfrom := t.members[from]
+		if err := pe.awaitFrom(pfrom, off, 8, func() bool { return syncReached(heap.Load64(pe.mem, off), e) },
 			func() string {
-				return fmt.Sprintf("barrier %d of a %d-PE team (round %d: PE %d)", e, n, r, from)
+				return fmt.Sprintf("barrier %d of a %d-PE team (round %d: PE %d)", e&^finalMark, n, r, pfrom)
 			}); err != nil {
 			return err
+		}
+		if syncMismatch(heap.Load64(pe.mem, off), e) {
+			// The later rounds' stores still go out (their waits do
+			// not), so that the members waiting for them see the
+			// mismatch too rather than wait for this PE to leave.
+			for r2 := r + 1; r2 < syncRounds(n); r2++ {
+				to2, _ := syncRound(n, t.me, r2)
+				pe.storeWord(t.members[to2], heap.FlagOff(t.slot, r2), e)
+			}
+			return t.mismatch(e, from)
 		}
 	}
 	return nil
@@ -328,10 +379,16 @@ func (t *Team) syncGather(e uint64) error {
 		}
 		off := heap.FlagOff(t.slot, 0)
 		root := t.members[0]
-		return pe.awaitFrom(root, off, 8, func() bool { return syncReached(heap.Load64(pe.mem, off), e) },
+		if err := pe.awaitFrom(root, off, 8, func() bool { return syncReached(heap.Load64(pe.mem, off), e) },
 			func() string {
-				return fmt.Sprintf("barrier %d of a %d-PE team (gather: release by PE %d)", e, n, root)
-			})
+				return fmt.Sprintf("barrier %d of a %d-PE team (gather: release by PE %d)", e&^finalMark, n, root)
+			}); err != nil {
+			return err
+		}
+		if syncMismatch(heap.Load64(pe.mem, off), e) {
+			return t.mismatch(e, 0)
+		}
+		return nil
 	}
 	// The root waits for the first member whose flag has not arrived,
 	// reading that member's link at every look (awaitFrom: the others'
@@ -344,9 +401,17 @@ func (t *Team) syncGather(e uint64) error {
 		from := t.members[j]
 		if err := pe.awaitFrom(from, heap.FlagOff(t.slot, gatherFlag(j)), 8, func() bool { return gatherWaiting(n, j, e, flag) > j },
 			func() string {
-				return fmt.Sprintf("barrier %d of a %d-PE team (gather: PE %d)", e, n, from)
+				return fmt.Sprintf("barrier %d of a %d-PE team (gather: PE %d)", e&^finalMark, n, from)
 			}); err != nil {
 			return err
+		}
+	}
+	// A member whose barrier is of the other kind is released all the
+	// same, with this barrier's mark, so that it sees the mismatch too.
+	bad := -1
+	for j := n - 1; j >= 1; j-- {
+		if syncMismatch(flag(j), e) {
+			bad = j
 		}
 	}
 	t.reach(1)
@@ -354,6 +419,9 @@ func (t *Team) syncGather(e uint64) error {
 		if err := pe.storeWord(t.members[j], heap.FlagOff(t.slot, 0), e); err != nil {
 			return pe.goneErr(err)
 		}
+	}
+	if bad >= 0 {
+		return t.mismatch(e, bad)
 	}
 	return nil
 }
