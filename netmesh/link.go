@@ -164,7 +164,7 @@ type part struct {
 func plan(sts []*stream, off uint64, n int, buf *[maxStreams]part) []part {
 	ps := buf[:0]
 	k := len(sts)
-	if k == 1 || n < stripeMin {
+	if !striped(sts, n) {
 		return append(ps, part{st: sts[0], off: off, n: n})
 	}
 	per := ((n+k-1)/k + stripeAlign - 1) / stripeAlign * stripeAlign // k*per >= n
@@ -175,6 +175,13 @@ func plan(sts []*stream, off uint64, n int, buf *[maxStreams]part) []part {
 	}
 	return ps
 }
+
+// striped reports whether a transfer of n bytes on the streams sts is
+// split across them (plan). The callers test it before they call plan,
+// so that the common transfer on one stream does not zero plan's
+// maxStreams-long array on every call (2.5 KiB: about 60 ns a call, a
+// fifth of an 8-byte PutNBI's CPU time).
+func striped(sts []*stream, n int) bool { return len(sts) > 1 && n >= stripeMin }
 
 // order keeps the link's own streams sts (more than one) as ordered as
 // one stream: a transfer split across them must not overtake, nor be
@@ -230,12 +237,10 @@ func (l *Link) put(sts []*stream, off uint64, src []byte, blocking bool) error {
 	if err := l.checkRange("put", off, len(src)); err != nil || len(src) == 0 {
 		return err
 	}
-	var buf [maxStreams]part
-	ps := plan(sts, off, len(src), &buf)
-	if err := l.order(sts, len(ps) > 1); err != nil {
-		return err
-	}
-	if len(ps) == 1 {
+	if !striped(sts, len(src)) {
+		if err := l.order(sts, false); err != nil {
+			return err
+		}
 		mode := sendLater
 		switch {
 		case blocking && len(src) <= copyMax:
@@ -243,11 +248,21 @@ func (l *Link) put(sts []*stream, off uint64, src []byte, blocking bool) error {
 		case blocking:
 			mode = sendNow
 		}
-		_, err := l.putOn(ps[0].st, off, src, mode, blocking && len(src) > copyMax)
+		_, err := l.putOn(sts[0], off, src, mode, blocking && len(src) > copyMax)
 		return err
 	}
-	// Striped: queue the other streams' parts for their writer goroutines,
-	// write stream 0's part here, then wait for the others if blocking.
+	return l.putStriped(sts, off, src, blocking)
+}
+
+// putStriped is put of a transfer split across the streams sts: it
+// queues the other streams' parts for their writer goroutines, writes
+// stream 0's part here, then waits for the others if blocking.
+func (l *Link) putStriped(sts []*stream, off uint64, src []byte, blocking bool) error {
+	var buf [maxStreams]part
+	ps := plan(sts, off, len(src), &buf)
+	if err := l.order(sts, true); err != nil {
+		return err
+	}
 	var seqs [maxStreams]uint64
 	for i := len(ps) - 1; i >= 0; i-- {
 		p := ps[i]
@@ -447,13 +462,11 @@ func (l *Link) get(sts []*stream, dst []byte, off uint64, blocking bool) error {
 	if err := l.checkRange("get", off, len(dst)); err != nil || len(dst) == 0 {
 		return err
 	}
-	var buf [maxStreams]part
-	ps := plan(sts, off, len(dst), &buf)
-	if err := l.order(sts, len(ps) > 1); err != nil {
-		return err
-	}
-	if len(ps) == 1 && len(dst) <= MaxPayload {
+	if !striped(sts, len(dst)) && len(dst) <= MaxPayload {
 		// The common case: one request, one reply.
+		if err := l.order(sts, false); err != nil {
+			return err
+		}
 		c := getCall()
 		c.kind, c.dst, c.nbi = typeGet, dst, !blocking
 		c.on(sts[0])
@@ -466,6 +479,17 @@ func (l *Link) get(sts []*stream, dst []byte, off uint64, blocking bool) error {
 		err := l.wait(c)
 		putCall(c)
 		return l.waitErr(err, "get", len(dst), off)
+	}
+	return l.getParts(sts, dst, off, blocking)
+}
+
+// getParts is get of a transfer split across the streams sts, or longer
+// than one reply's payload: a GET per part and per MaxPayload.
+func (l *Link) getParts(sts []*stream, dst []byte, off uint64, blocking bool) error {
+	var buf [maxStreams]part
+	ps := plan(sts, off, len(dst), &buf)
+	if err := l.order(sts, len(ps) > 1); err != nil {
+		return err
 	}
 	var calls []*call
 	var first error
