@@ -40,7 +40,11 @@ import (
 //	                          NPEs): exchange number mod 2^16 << 48 | the
 //	                          most bytes any PE it has heard of has in
 //	                          team blocks at the top of its heap
-//	768               3328    zero (room for later runtime words)
+//	FinalOff = 768    32*8    round r's word: 1 once the PE 2^r below the
+//	                          owner (mod NPEs) has begun Finalize, written
+//	                          only by it, after every store it made in
+//	                          the floor exchanges (shmem/lifecycle.go)
+//	1024              3072    zero (room for later runtime words)
 //	TeamsOff = 4096   MaxTeams * TeamSlotSize: team slots, see below
 //	HeapBase          heap    the symmetric heap managed by the Allocator
 //
@@ -77,6 +81,7 @@ const (
 	CPUWords      = 16  // 1024 CPUs
 
 	FloorMaxOff = 512 // MaxRounds words
+	FinalOff    = 768 // MaxRounds words
 
 	WakeOff      = 64
 	SleepOff     = 128

@@ -318,7 +318,8 @@ func TestBusyPeerIsNotLost(t *testing.T) {
 }
 
 // Two real meshes: a clean Close is a goodbye, not a loss; a connection
-// cut under a live mesh is a loss on both sides.
+// cut under a live mesh is a loss on both sides; Abort is a loss on the
+// peer's side.
 func TestGoodbyeAndCut(t *testing.T) {
 	t.Run("goodbye", func(t *testing.T) {
 		pes := newJob(t, 2, 1<<16, "127.0.0.1", func(c *Config) { c.Streams = 2 })
@@ -338,25 +339,45 @@ func TestGoodbyeAndCut(t *testing.T) {
 			t.Fatal("OnLost called for a goodbye")
 		}
 	})
-	t.Run("cut", func(t *testing.T) {
-		pes := newJob(t, 2, 1<<16, "127.0.0.1", func(c *Config) { c.Heartbeat = 50 * time.Millisecond })
-		l := link(t, pes, 0, 1)
-		link(t, pes, 1, 0).streams[0].conn.SetLinger(0)
-		link(t, pes, 1, 0).streams[0].conn.Close()
-		err := waitErr(t, l, 5*time.Second)
-		if !errors.Is(err, errs.PeerLost) {
-			t.Fatalf("after a cut: %v", err)
-		}
-		// The side that cut notices its own closed socket through its
-		// reader; under load that can take longer than a fixed nap.
-		for deadline := time.Now().Add(5 * time.Second); pes[1].lostCount(0) == 0 && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
-		}
-		time.Sleep(100 * time.Millisecond) // a second, wrong call would come now
-		if pes[0].lostCount(1) != 1 || pes[1].lostCount(0) != 1 {
-			t.Fatalf("OnLost calls %d and %d, want 1 and 1", pes[0].lostCount(1), pes[1].lostCount(0))
-		}
-	})
+	// A connection cut under a live mesh, and Abort (a Close without
+	// goodbyes), end the link as a loss: OnLost once on the other side,
+	// and on the side that cut (its reader sees its own closed socket),
+	// never on the side that aborted.
+	for _, c := range []struct {
+		name   string
+		end    func(pes []*tpe) error
+		lost10 int // OnLost calls on PE 1 for PE 0
+	}{
+		{"cut", func(pes []*tpe) error {
+			link(t, pes, 1, 0).streams[0].conn.SetLinger(0)
+			return link(t, pes, 1, 0).streams[0].conn.Close()
+		}, 1},
+		{"abort", func(pes []*tpe) error { return pes[1].m.Abort() }, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pes := newJob(t, 2, 1<<16, "127.0.0.1", func(cfg *Config) { cfg.Heartbeat, cfg.Streams = 50*time.Millisecond, 2 })
+			l := link(t, pes, 0, 1)
+			if err := c.end(pes); err != nil {
+				t.Fatal(err)
+			}
+			err := waitErr(t, l, 5*time.Second)
+			if !errors.Is(err, errs.PeerLost) {
+				t.Fatalf("after a %s: %v, want a loss", c.name, err)
+			}
+			// Under load a reader can take longer than a fixed nap to
+			// see its socket end.
+			for deadline := time.Now().Add(5 * time.Second); (pes[0].lostCount(1) == 0 || pes[1].lostCount(0) < c.lost10) && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(100 * time.Millisecond) // a second, wrong call would come now
+			if pes[0].lostCount(1) != 1 || pes[1].lostCount(0) != c.lost10 {
+				t.Fatalf("OnLost calls %d and %d, want 1 and %d", pes[0].lostCount(1), pes[1].lostCount(0), c.lost10)
+			}
+			if err := pes[1].m.Close(); err != nil {
+				t.Fatalf("Close after the %s: %v", c.name, err)
+			}
+		})
+	}
 }
 
 // attack opens a connection to addr, runs fn on it, and reports whether

@@ -860,8 +860,9 @@ func (l *Link) Fence() error { return l.fence(l.streams) }
 func (l *Link) fence(sts []*stream) error { return l.Err() }
 
 // shutdown is the link's part of Close: goodbye on every stream, wait
-// (bounded) for the peer's goodbye or end of stream, close.
-func (l *Link) shutdown() {
+// (bounded) for the peer's goodbye or end of stream, close. Without
+// goodbye (Abort) it closes every stream at once.
+func (l *Link) shutdown(goodbye bool) {
 	err := fmt.Errorf("netmesh: link from PE %d to PE %d: mesh closed: %w", l.m.cfg.Rank, l.rank, errs.Finalized)
 	l.setDown(linkClosing, err)
 	l.calls.failStream(-1, l.Err(), true)
@@ -869,6 +870,12 @@ func (l *Link) shutdown() {
 	l.m.mu.Lock()
 	streams := l.allLocked()
 	l.m.mu.Unlock()
+	if !goodbye {
+		for _, st := range streams {
+			st.closeConn()
+		}
+		return
+	}
 	deadline := time.Now().Add(goodbyeWait)
 	for _, st := range streams {
 		st.q.last(appendGoodbye(nil), deadline)

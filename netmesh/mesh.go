@@ -497,7 +497,17 @@ func (m *Mesh) start(st *stream) {
 // Close says goodbye on every link, closes every connection and the
 // listener, and returns once every goroutine of the mesh has ended.
 // Operations still pending fail with errs.Finalized. Close is idempotent.
-func (m *Mesh) Close() error {
+func (m *Mesh) Close() error { return m.close(true) }
+
+// Abort is Close without the goodbyes: every connection is closed at
+// once, so the peers see their links lost (OnLost), not finalized. A
+// PE whose Finalize did not complete its barrier leaves this way: the
+// peers still in theirs must not take its departure for one that
+// followed a completed barrier. After Close, Abort does nothing (and
+// Close after Abort).
+func (m *Mesh) Abort() error { return m.close(false) }
+
+func (m *Mesh) close(goodbye bool) error {
 	m.closeOnce.Do(func() {
 		m.mu.Lock()
 		m.closing = true
@@ -516,7 +526,7 @@ func (m *Mesh) Close() error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				l.shutdown()
+				l.shutdown(goodbye)
 			}()
 		}
 		wg.Wait()

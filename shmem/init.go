@@ -361,8 +361,15 @@ func (pe *PE) closeProcess(retire bool) error {
 		pe.unixLn = nil
 	}
 	// The mesh's readers write into this PE's segment: they stop first.
+	// Without a completed Finalize barrier the links end without
+	// goodbyes, so that remote peers still in theirs see this PE lost
+	// (as same-host ones see a liveness link end without segBye).
 	if pe.mesh != nil {
-		pe.mesh.Close()
+		if pe.met.Load() {
+			pe.mesh.Close()
+		} else {
+			pe.mesh.Abort()
+		}
 		pe.mesh = nil
 	}
 	var err error

@@ -3,6 +3,8 @@ package shmem
 import (
 	"fmt"
 	"time"
+
+	"github.com/goshmem/goshmem/heap"
 )
 
 // A PE's lifecycle is a small state machine in one atomic word, the
@@ -255,6 +257,7 @@ func (pe *PE) Finalize() error {
 		if err = pe.brokenErr(); err != nil {
 			err = fmt.Errorf("shmem: PE %d finalizing: %w", pe.rank, err)
 		} else if err = pe.flushEvery(); err == nil {
+			pe.finalWords()
 			if pe.checked() {
 				err = pe.agree(opFinalize, 0, 0)
 			} else {
@@ -278,6 +281,24 @@ func (pe *PE) Finalize() error {
 		err = rerr
 	}
 	return err
+}
+
+// finalWords tells the PEs this one stores into in a floor exchange
+// (worldLimit) that it has begun Finalize: in each round r it sets its
+// Finalize word of that round (heap.FinalOff) on the PE 2^r above it.
+// Each goes after every floor word this PE stored there (on one host an
+// atomic store after atomic stores; over TCP the same stream), so a PE
+// waiting in a floor exchange that sees the Finalize word and not this
+// PE's floor word of its exchange knows that this PE never made that
+// allocation call: it fails with ErrAsymmetric at once, instead of
+// waiting out the timeout while this PE waits in its final barrier for
+// it. A store that fails (the peer is gone) is left: the barrier sees
+// the loss.
+func (pe *PE) finalWords() {
+	for r := range syncRounds(pe.npes) {
+		to, _ := syncRound(pe.npes, pe.rank, r)
+		_ = pe.storeWord(to, heap.FinalOff+uint64(8*r), 1)
+	}
 }
 
 // abandon ends the PE without meeting the others: after its function

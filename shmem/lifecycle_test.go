@@ -279,46 +279,65 @@ var _ = register("lock-after-timeout", func(pe *shmem.PE) error {
 
 func TestLockAfterTimeout(t *testing.T) { eachTimeout(t, "lock-after-timeout", 2*time.Second, 3) }
 
-// A PE that finalizes while the others are in a barrier: its final
-// barrier meets theirs. Finalize's barrier is marked, so both sides see
-// the mismatch at once: the others' BarrierAll fails (ErrAsymmetric, or
-// ErrPeerLost for a PE that saw PE 0 leave first) within 2 s, the job is
-// broken on them (the next call fails too), and PE 0's Finalize fails,
-// never by waiting out the timeout. Until the mark, the others' barrier
-// returned nil (PE 0's final barrier let it out); a second one ended
-// with ErrPeerLost once PE 0 had gone, but their Finalize waited the
-// whole timeout for a same-host PE 0 whose goodbye came after they had
-// begun it. On 2, 3 and 4 PEs every barrier algorithm runs: flat (one
-// host), dissemination (2 PEs over TCP) and gather (3 or 4 over TCP).
-var _ = register("finalize-against-barrier", func(pe *shmem.PE) error {
-	mismatched := func(err error) bool {
-		return (errors.Is(err, shmem.ErrAsymmetric) || errors.Is(err, shmem.ErrPeerLost)) && !errors.Is(err, shmem.ErrTimeout)
-	}
-	if pe.MyPE() == 0 {
+// A PE that finalizes while the others make another world-synchronising
+// call fails fast on every side, with ErrAsymmetric where the mismatch
+// is seen and ErrPeerLost where a PE that saw it leaves first, never by
+// waiting out the timeout:
+//
+//   - against a barrier: Finalize's barrier is marked, so both sides see
+//     the mismatch at once. Until the mark, the others' barrier returned
+//     nil (PE 0's final barrier let it out), and their Finalize then
+//     waited the whole timeout for a same-host PE 0 whose goodbye came
+//     after they had begun it.
+//   - against a collective allocation: PE 0 sets its Finalize words
+//     where its floor-exchange words go (finalWords), so a PE waiting
+//     in the floor exchange for PE 0 fails at once, and the others learn
+//     it from its departure. Until then every PE waited the timeout.
+//
+// On 2, 3 and 4 PEs every barrier algorithm runs: flat (one host),
+// dissemination (2 PEs over TCP) and gather (3 or 4 over TCP).
+func finalizeAgainst(extra func(pe *shmem.PE) error) scenarioFunc {
+	return func(pe *shmem.PE) error {
+		mismatched := func(err error) bool {
+			return (errors.Is(err, shmem.ErrAsymmetric) || errors.Is(err, shmem.ErrPeerLost)) && !errors.Is(err, shmem.ErrTimeout)
+		}
+		if pe.MyPE() == 0 {
+			if err := pe.Finalize(); !mismatched(err) {
+				return fmt.Errorf("PE 0's Finalize against the others' call: %v, want ErrAsymmetric or ErrPeerLost", err)
+			}
+			return nil
+		}
+		start := time.Now()
+		if err := extra(pe); !mismatched(err) {
+			return fmt.Errorf("PE %d's call against PE 0's Finalize: %v, want ErrAsymmetric or ErrPeerLost", pe.MyPE(), err)
+		}
+		if el := time.Since(start); el > 2*time.Second {
+			return fmt.Errorf("PE %d noticed the mismatch after %v", pe.MyPE(), el)
+		}
+		if err := pe.Quiet(); err == nil {
+			return fmt.Errorf("Quiet after the mismatch: nil, want the job's error")
+		}
 		if err := pe.Finalize(); !mismatched(err) {
-			return fmt.Errorf("PE 0's Finalize against barriers: %v, want ErrAsymmetric or ErrPeerLost", err)
+			return fmt.Errorf("Finalize of a broken job: %v, want ErrAsymmetric or ErrPeerLost", err)
 		}
 		return nil
 	}
-	start := time.Now()
-	if err := pe.BarrierAll(); !mismatched(err) {
-		return fmt.Errorf("barrier against PE 0's Finalize: %v, want ErrAsymmetric or ErrPeerLost", err)
-	}
-	if el := time.Since(start); el > 2*time.Second {
-		return fmt.Errorf("PE %d noticed the mismatch after %v", pe.MyPE(), el)
-	}
-	if err := pe.Quiet(); err == nil {
-		return fmt.Errorf("Quiet after the mismatch: nil, want the job's error")
-	}
-	if err := pe.Finalize(); !mismatched(err) {
-		return fmt.Errorf("Finalize of a broken job: %v, want ErrAsymmetric or ErrPeerLost", err)
-	}
-	return nil
-})
+}
 
-func TestFinalizeAgainstBarrier(t *testing.T) {
-	for _, n := range []int{2, 3, 4} {
-		eachWith(t, "finalize-against-barrier", n, []shmem.Option{shmem.WithTimeout(20 * time.Second)}, "GOSHMEM_TIMEOUT=20s")
+var _ = register("finalize-against-barrier", finalizeAgainst(func(pe *shmem.PE) error { return pe.BarrierAll() }))
+
+var _ = register("finalize-against-malloc", finalizeAgainst(func(pe *shmem.PE) error {
+	_, err := shmem.Malloc[int64](pe, 8)
+	return err
+}))
+
+func TestFinalizeAgainst(t *testing.T) {
+	for _, name := range []string{"finalize-against-barrier", "finalize-against-malloc"} {
+		t.Run(name, func(t *testing.T) {
+			for _, n := range []int{2, 3, 4} {
+				eachWith(t, name, n, []shmem.Option{shmem.WithTimeout(20 * time.Second)}, "GOSHMEM_TIMEOUT=20s")
+			}
+		})
 	}
 }
 
@@ -566,4 +585,3 @@ var _ = register("die-in-final-barrier", func(pe *shmem.PE) error {
 func TestDieInFinalBarrier(t *testing.T) {
 	lostWithin2s(t, "die-in-final-barrier", 2, []int{0, 1})
 }
-
