@@ -40,11 +40,11 @@ import (
 //	                          NPEs): exchange number mod 2^16 << 48 | the
 //	                          most bytes any PE it has heard of has in
 //	                          team blocks at the top of its heap
-//	FinalOff = 768    32*8    round r's word: 1 once the PE 2^r below the
-//	                          owner (mod NPEs) has begun Finalize, written
-//	                          only by it, after every store it made in
-//	                          the floor exchanges (shmem/lifecycle.go)
-//	1024              3072    zero (room for later runtime words)
+//	FinalizingOff     3328    the finalizing bitmap: bit r%64 of word r/64
+//	= 768                     set (atomic or) by PE r once it has begun
+//	                          Finalize, after every store it made in its
+//	                          earlier collective calls (shmem/lifecycle.go);
+//	                          PEs from FinalizingMax on have no bit
 //	TeamsOff = 4096   MaxTeams * TeamSlotSize: team slots, see below
 //	HeapBase          heap    the symmetric heap managed by the Allocator
 //
@@ -80,8 +80,10 @@ const (
 	HdrCPUsOff    = 384 // CPUWords little-endian words: the owner's affinity mask
 	CPUWords      = 16  // 1024 CPUs
 
-	FloorMaxOff = 512 // MaxRounds words
-	FinalOff    = 768 // MaxRounds words
+	FloorMaxOff   = 512            // MaxRounds words
+	FinalizingOff = 768            // the finalizing bitmap
+	FinalizingLen = TeamsOff - 768 // its bytes
+	FinalizingMax = FinalizingLen * 8
 
 	WakeOff      = 64
 	SleepOff     = 128

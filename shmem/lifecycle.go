@@ -257,10 +257,13 @@ func (pe *PE) Finalize() error {
 		if err = pe.brokenErr(); err != nil {
 			err = fmt.Errorf("shmem: PE %d finalizing: %w", pe.rank, err)
 		} else if err = pe.flushEvery(); err == nil {
-			pe.finalWords()
 			if pe.checked() {
+				// The agreement's descriptors catch any call that
+				// meets this one; its barriers are plain ones, which
+				// a peer's finalizing bit would end early.
 				err = pe.agree(opFinalize, 0, 0)
 			} else {
+				pe.announceFinalize()
 				err = pe.world.syncFinal()
 			}
 		}
@@ -283,22 +286,56 @@ func (pe *PE) Finalize() error {
 	return err
 }
 
-// finalWords tells the PEs this one stores into in a floor exchange
-// (worldLimit) that it has begun Finalize: in each round r it sets its
-// Finalize word of that round (heap.FinalOff) on the PE 2^r above it.
-// Each goes after every floor word this PE stored there (on one host an
-// atomic store after atomic stores; over TCP the same stream), so a PE
-// waiting in a floor exchange that sees the Finalize word and not this
-// PE's floor word of its exchange knows that this PE never made that
-// allocation call: it fails with ErrAsymmetric at once, instead of
-// waiting out the timeout while this PE waits in its final barrier for
-// it. A store that fails (the peer is gone) is left: the barrier sees
-// the loss.
-func (pe *PE) finalWords() {
-	for r := range syncRounds(pe.npes) {
-		to, _ := syncRound(pe.npes, pe.rank, r)
-		_ = pe.storeWord(to, heap.FinalOff+uint64(8*r), 1)
+// announceFinalize sets this PE's bit in every peer's finalizing bitmap
+// (heap.FinalizingOff) and wakes the peer's waits, whatever they watch.
+// Each bit goes after every store this PE made in its earlier
+// collective calls (on one host an atomic after atomics; over TCP on
+// the same stream as its barrier flags and floor words), so a PE whose
+// wait for this PE's store of a collective call (a barrier flag, a
+// floor word) sees the bit and still not the store knows that this PE
+// never made that call: it fails with ErrAsymmetric at once
+// (waitingFor), where it would have waited out the timeout while this
+// PE waits in its final barrier. A bit that cannot be set (the peer is
+// gone, or its rank is past heap.FinalizingMax) is left: the barrier
+// sees the loss, or the timeout ends the wait.
+func (pe *PE) announceFinalize() {
+	if pe.rank >= heap.FinalizingMax {
+		return
 	}
+	word, bit := finalizingWord(pe.rank)
+	for r := range pe.npes {
+		if r != pe.rank {
+			_, _ = pe.rawAtomic(r, word, 8, heap.OpFetchOr, bit, 0)
+		}
+	}
+}
+
+// finalizingWord is the offset of PE r's word in the finalizing bitmap
+// and r's bit in it.
+func finalizingWord(r int) (uint64, uint64) {
+	return heap.FinalizingOff + uint64(8*(r/64)), 1 << (r % 64)
+}
+
+// finalizing reports whether PE r has set its bit in this PE's
+// finalizing bitmap: it has begun Finalize, and every store it made in
+// its earlier collective calls is here.
+func (pe *PE) finalizing(r int) bool {
+	if r < 0 || r >= heap.FinalizingMax {
+		return false
+	}
+	word, bit := finalizingWord(r)
+	return heap.Load64(pe.mem, word)&bit != 0
+}
+
+// missedErr is the error of a wait of this PE's for PE r's store in a
+// collective call (what) that r will never make: r has begun Finalize
+// without it. The job is broken on this PE (markLost): no later
+// collective call can pair up, and its peers learn it when it leaves.
+func (pe *PE) missedErr(r int, what string) error {
+	err := fmt.Errorf("shmem: PE %d in %s: PE %d has begun Finalize without making this call (mismatched collective calls): %w",
+		pe.rank, what, r, ErrAsymmetric)
+	pe.markLost(err)
+	return err
 }
 
 // abandon ends the PE without meeting the others: after its function

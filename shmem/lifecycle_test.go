@@ -289,10 +289,11 @@ func TestLockAfterTimeout(t *testing.T) { eachTimeout(t, "lock-after-timeout", 2
 //     nil (PE 0's final barrier let it out), and their Finalize then
 //     waited the whole timeout for a same-host PE 0 whose goodbye came
 //     after they had begun it.
-//   - against a collective allocation: PE 0 sets its Finalize words
-//     where its floor-exchange words go (finalWords), so a PE waiting
-//     in the floor exchange for PE 0 fails at once, and the others learn
-//     it from its departure. Until then every PE waited the timeout.
+//   - against a collective allocation or another team's barrier: PE 0
+//     sets its bit in every peer's finalizing bitmap (announceFinalize),
+//     so a PE waiting in the floor exchange or the team barrier for PE
+//     0's word fails at once, and the others learn it from its
+//     departure. Until then every PE waited the timeout.
 //
 // On 2, 3 and 4 PEs every barrier algorithm runs: flat (one host),
 // dissemination (2 PEs over TCP) and gather (3 or 4 over TCP).
@@ -331,8 +332,17 @@ var _ = register("finalize-against-malloc", finalizeAgainst(func(pe *shmem.PE) e
 	return err
 }))
 
+// Every PE, PE 0 included, makes the team (a copy of the world) first.
+var _ = register("finalize-against-team-sync", func(pe *shmem.PE) error {
+	t, err := pe.World().Split(0, 1, pe.NPEs())
+	if err != nil {
+		return err
+	}
+	return finalizeAgainst(func(*shmem.PE) error { return t.Sync() })(pe)
+})
+
 func TestFinalizeAgainst(t *testing.T) {
-	for _, name := range []string{"finalize-against-barrier", "finalize-against-malloc"} {
+	for _, name := range []string{"finalize-against-barrier", "finalize-against-malloc", "finalize-against-team-sync"} {
 		t.Run(name, func(t *testing.T) {
 			for _, n := range []int{2, 3, 4} {
 				eachWith(t, name, n, []shmem.Option{shmem.WithTimeout(20 * time.Second)}, "GOSHMEM_TIMEOUT=20s")

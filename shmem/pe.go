@@ -183,7 +183,10 @@ func (pe *PE) notify(p *peer, off, n uint64) {
 // other words cost no system call. The wake is one write to the PE's
 // eventfd, whatever the sleeper's job shape (wait.go, sleep).
 func notifyAtomic(p *peer, off, n uint64) {
-	if heap.Watched(p.mem, off, n) {
+	// A bit of the finalizing bitmap wakes every wait: a barrier or a
+	// floor exchange checks its writer's bit (announceFinalize) without
+	// watching the bitmap.
+	if off < heap.FinalizingOff+heap.FinalizingLen && off+n > heap.FinalizingOff || heap.Watched(p.mem, off, n) {
 		p.wake.Wake()
 	}
 }

@@ -192,6 +192,16 @@ func (t *Team) mismatch(e uint64, j int) error {
 	return err
 }
 
+// gaveUp reports whether member j, whose flag member me is waiting for
+// in barrier e, has begun Finalize (its bit in this PE's finalizing
+// bitmap, announceFinalize): then every flag it stored in its earlier
+// barriers is here, and if this barrier's is not, it will never come.
+// Finalize's own barrier (e marked) does not ask: its members set their
+// bits before they store its flags.
+func (t *Team) gaveUp(j int, e uint64) bool {
+	return e&finalMark == 0 && t.pe.finalizing(t.members[j])
+}
+
 // reach is step s of this member's barrier (testhook.Step): before the
 // flat barrier's stores, before each dissemination round's store, before
 // a gather member's store and, on the gather's root, before its waits
@@ -273,13 +283,22 @@ func (t *Team) syncFlat(e uint64) error {
 	flag := func(j int) uint64 { return heap.Load64(pe.mem, heap.FlagOff(t.slot, j)) }
 	cond := func() bool {
 		next = flatWaiting(n, t.me, next, e, flag)
-		return next == n
+		return next == n || t.gaveUp(next, e)
 	}
-	if err := pe.await(heap.FlagOff(t.slot, 0), uint64(n)*heap.FlagStride, cond,
-		func() string {
-			return fmt.Sprintf("barrier %d of a %d-PE team (flat: PE %d)", e&^finalMark, n, t.members[min(next, n-1)])
-		}); err != nil {
-		return err
+	what := func() string {
+		return fmt.Sprintf("barrier %d of a %d-PE team (flat: PE %d)", e&^finalMark, n, t.members[min(next, n-1)])
+	}
+	for {
+		if err := pe.await(heap.FlagOff(t.slot, 0), uint64(n)*heap.FlagStride, cond, what); err != nil {
+			return err
+		}
+		if next == n {
+			break
+		}
+		if !syncReached(flag(next), e) {
+			return pe.missedErr(t.members[next], what())
+		}
+		// Its flag came after the look that saw its bit: wait on.
 	}
 	for j := range n {
 		if j != t.me && syncMismatch(flag(j), e) {
@@ -326,11 +345,14 @@ func (t *Team) syncDissemination(e uint64) error {
 			return pe.goneErr(err)
 		}
 		pfrom := t.members[from]
-		if err := pe.awaitFrom(pfrom, off, 8, func() bool { return syncReached(heap.Load64(pe.mem, off), e) },
-			func() string {
-				return fmt.Sprintf("barrier %d of a %d-PE team (round %d: PE %d)", e&^finalMark, n, r, pfrom)
-			}); err != nil {
+		what := func() string {
+			return fmt.Sprintf("barrier %d of a %d-PE team (round %d: PE %d)", e&^finalMark, n, r, pfrom)
+		}
+		if err := pe.awaitFrom(pfrom, off, 8, func() bool { return syncReached(heap.Load64(pe.mem, off), e) || t.gaveUp(from, e) }, what); err != nil {
 			return err
+		}
+		if !syncReached(heap.Load64(pe.mem, off), e) {
+			return pe.missedErr(pfrom, what())
 		}
 		if syncMismatch(heap.Load64(pe.mem, off), e) {
 			// The later rounds' stores still go out (their waits do
@@ -379,11 +401,14 @@ func (t *Team) syncGather(e uint64) error {
 		}
 		off := heap.FlagOff(t.slot, 0)
 		root := t.members[0]
-		if err := pe.awaitFrom(root, off, 8, func() bool { return syncReached(heap.Load64(pe.mem, off), e) },
-			func() string {
-				return fmt.Sprintf("barrier %d of a %d-PE team (gather: release by PE %d)", e&^finalMark, n, root)
-			}); err != nil {
+		what := func() string {
+			return fmt.Sprintf("barrier %d of a %d-PE team (gather: release by PE %d)", e&^finalMark, n, root)
+		}
+		if err := pe.awaitFrom(root, off, 8, func() bool { return syncReached(heap.Load64(pe.mem, off), e) || t.gaveUp(0, e) }, what); err != nil {
 			return err
+		}
+		if !syncReached(heap.Load64(pe.mem, off), e) {
+			return pe.missedErr(root, what())
 		}
 		if syncMismatch(heap.Load64(pe.mem, off), e) {
 			return t.mismatch(e, 0)
@@ -399,11 +424,14 @@ func (t *Team) syncGather(e uint64) error {
 	flag := func(j int) uint64 { return heap.Load64(pe.mem, heap.FlagOff(t.slot, gatherFlag(j))) }
 	for j := gatherWaiting(n, 1, e, flag); j < n; j = gatherWaiting(n, j, e, flag) {
 		from := t.members[j]
-		if err := pe.awaitFrom(from, heap.FlagOff(t.slot, gatherFlag(j)), 8, func() bool { return gatherWaiting(n, j, e, flag) > j },
-			func() string {
-				return fmt.Sprintf("barrier %d of a %d-PE team (gather: PE %d)", e&^finalMark, n, from)
-			}); err != nil {
+		what := func() string {
+			return fmt.Sprintf("barrier %d of a %d-PE team (gather: PE %d)", e&^finalMark, n, from)
+		}
+		if err := pe.awaitFrom(from, heap.FlagOff(t.slot, gatherFlag(j)), 8, func() bool { return gatherWaiting(n, j, e, flag) > j || t.gaveUp(j, e) }, what); err != nil {
 			return err
+		}
+		if gatherWaiting(n, j, e, flag) == j {
+			return pe.missedErr(from, what())
 		}
 	}
 	// A member whose barrier is of the other kind is released all the

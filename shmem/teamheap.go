@@ -136,26 +136,17 @@ func (pe *PE) worldLimit() (uint64, error) {
 			return 0, pe.goneErr(err)
 		}
 		var got uint64
-		fin := heap.FinalOff + uint64(8*r)
-		// The wait watches both words, so that either store wakes it.
-		if err := pe.awaitFrom(from, off, fin+8-off, func() bool {
-			got = heap.Load64(pe.mem, off)
-			return got&^valMask == tag || heap.Load64(pe.mem, fin) != 0
-		}, func() string {
+		what := func() string {
 			return fmt.Sprintf("the floor exchange of a world allocation (round %d: PE %d)", r, from)
-		}); err != nil {
+		}
+		if err := pe.awaitFrom(from, off, 8, func() bool {
+			got = heap.Load64(pe.mem, off)
+			return got&^valMask == tag || pe.finalizing(from)
+		}, what); err != nil {
 			return 0, err
 		}
-		if got&^valMask != tag {
-			// from has begun Finalize without this exchange: it set
-			// its Finalize word here after every floor word it stored
-			// (finalWords), and this round's is not there.
-			if got = heap.Load64(pe.mem, off); got&^valMask != tag {
-				err := fmt.Errorf("shmem: PE %d's collective allocation (world allocation call %d) met PE %d's Finalize: this PE made a collective allocation that PE %d did not (mismatched collective calls): %w",
-					pe.rank, pe.th.exchanges, from, from, ErrAsymmetric)
-				pe.markLost(err)
-				return 0, err
-			}
+		if got = heap.Load64(pe.mem, off); got&^valMask != tag {
+			return 0, pe.missedErr(from, what())
 		}
 		if got &= valMask; got > size {
 			return 0, fmt.Errorf("shmem: PE %d reports team blocks reaching %d bytes below the end of the %d-byte heap: %w", from, got, size, ErrProtocol)
