@@ -304,8 +304,13 @@ func (pe *PE) announceFinalize() {
 	}
 	word, bit := finalizingWord(pe.rank)
 	for r := range pe.npes {
-		if r != pe.rank {
-			_, _ = pe.rawAtomic(r, word, 8, heap.OpFetchOr, bit, 0)
+		if r == pe.rank {
+			continue
+		}
+		// A mapped peer's waits are woken here; a remote peer's link
+		// wakes them when it applies the bit (startMesh's Notify).
+		if _, err := pe.rawAtomic(r, word, 8, heap.OpFetchOr, bit, 0); err == nil && pe.peers[r].mem != nil {
+			pe.peers[r].wake.Wake()
 		}
 	}
 }

@@ -183,12 +183,17 @@ func (pe *PE) notify(p *peer, off, n uint64) {
 // other words cost no system call. The wake is one write to the PE's
 // eventfd, whatever the sleeper's job shape (wait.go, sleep).
 func notifyAtomic(p *peer, off, n uint64) {
-	// A bit of the finalizing bitmap wakes every wait: a barrier or a
-	// floor exchange checks its writer's bit (announceFinalize) without
-	// watching the bitmap.
-	if off < heap.FinalizingOff+heap.FinalizingLen && off+n > heap.FinalizingOff || heap.Watched(p.mem, off, n) {
+	if heap.Watched(p.mem, off, n) {
 		p.wake.Wake()
 	}
+}
+
+// inFinalizing reports whether a write of n bytes at off touches the
+// finalizing bitmap, whose bits wake every wait of their PE: a barrier
+// or a floor exchange checks its writer's bit (announceFinalize) without
+// watching the bitmap.
+func inFinalizing(off, n uint64) bool {
+	return off < heap.FinalizingOff+heap.FinalizingLen && off+n > heap.FinalizingOff
 }
 
 // wakeSelf wakes every sleeping wait of this PE, whatever it watches:

@@ -191,7 +191,13 @@ func (pe *PE) startMesh(jobID string, key []byte, listen string) error {
 		Streams: streams, SockBuf: sockbuf, Heartbeat: heartbeat,
 		Spin: spin, InProcess: pe.job != nil,
 		Rank: pe.rank, Size: pe.npes, JobID: jobID, Key: key, Mem: pe.mem, Atomics: segAtomics(pe.mem),
-		Notify:  func(off, n uint64) { pe.notify(self, off, n) },
+		Notify: func(off, n uint64) {
+			if inFinalizing(off, n) {
+				pe.wakeSelf()
+				return
+			}
+			pe.notify(self, off, n)
+		},
 		Listen:  listen,
 		Timeout: pe.cfg.Timeout,
 		Logf:    newLogLimiter(os.Stderr, pe.rank, time.Now).logf,
