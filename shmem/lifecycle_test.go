@@ -302,6 +302,12 @@ func finalizeAgainst(extra func(pe *shmem.PE) error) scenarioFunc {
 		mismatched := func(err error) bool {
 			return (errors.Is(err, shmem.ErrAsymmetric) || errors.Is(err, shmem.ErrPeerLost)) && !errors.Is(err, shmem.ErrTimeout)
 		}
+		// Every PE's Init is over before the mismatch: a PE that fails
+		// and leaves while another is still connecting its links fails
+		// that Init (the peer is lost), which this test is not about.
+		if err := pe.BarrierAll(); err != nil {
+			return err
+		}
 		if pe.MyPE() == 0 {
 			if err := pe.Finalize(); !mismatched(err) {
 				return fmt.Errorf("PE 0's Finalize against the others' call: %v, want ErrAsymmetric or ErrPeerLost", err)
