@@ -34,8 +34,9 @@ func (pe *PE) storeWord(target int, off uint64, v uint64) error {
 	if p.mem == nil {
 		return p.link.Signal(off, v)
 	}
-	_, err = pe.rawAtomic(target, off, 8, heap.OpSet, v, 0)
-	return err
+	heap.AtomicAt(p.mem, off, 8, heap.OpSet, v, 0)
+	notifyAtomic(p, off, 8)
+	return nil
 }
 
 // remoteLink is the remote route to a PE on another host: a netmesh link.

@@ -67,6 +67,14 @@ func putSignal[T Elem](dst Sym[T], src []T, sig Sym[uint64], v uint64, op Signal
 		return err
 	}
 	defer spe.leave()
+	return putSignalSpan(dst, src, sp, soff, v, op, target, nbi)
+}
+
+// putSignalSpan is putSignal past the signal's checks (sp, soff): the
+// data's, then the route's operation. A function of its own, so that
+// each has one defer and the compiler open-codes both on the TCP path
+// (two defers among nine returns in one function it does not).
+func putSignalSpan[T Elem](dst Sym[T], src []T, sp *peer, soff, v uint64, op SignalOp, target int, nbi bool) error {
 	pe, p, lk, off, err := dst.span(0, len(src), target)
 	if err != nil {
 		return err

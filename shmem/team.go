@@ -281,6 +281,13 @@ func (t *Team) syncFlat(e uint64) error {
 	// the condition resumes there rather than rescanning.
 	next := 0
 	flag := func(j int) uint64 { return heap.Load64(pe.mem, heap.FlagOff(t.slot, j)) }
+	// First a short spin of plain loads, without the wait's calls through
+	// cond and flag: on one host the last flag usually lands within it.
+	for i := 0; i < spinBetween && next < n; i++ {
+		for next < n && (next == t.me || syncReached(heap.Load64(pe.mem, heap.FlagOff(t.slot, next)), e)) {
+			next++
+		}
+	}
 	cond := func() bool {
 		next = flatWaiting(n, t.me, next, e, flag)
 		return next == n || t.gaveUp(next, e)
