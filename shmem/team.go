@@ -278,18 +278,39 @@ func (t *Team) syncFlat(e uint64) error {
 		}
 	}
 	// next is the first member whose flag has not been seen at the epoch:
-	// the condition resumes there rather than rescanning.
+	// the waits resume there rather than rescanning. First a short spin of
+	// plain loads: on one host the last flag usually lands within it, and
+	// the wait (its closures, its calls) is then not set up at all.
 	next := 0
-	flag := func(j int) uint64 { return heap.Load64(pe.mem, heap.FlagOff(t.slot, j)) }
-	// First a short spin of plain loads, without the wait's calls through
-	// cond and flag: on one host the last flag usually lands within it.
 	for i := 0; i < spinBetween && next < n; i++ {
-		for next < n && (next == t.me || syncReached(heap.Load64(pe.mem, heap.FlagOff(t.slot, next)), e)) {
+		for next < n && (next == t.me || syncReached(t.flag(next), e)) {
 			next++
 		}
 	}
+	if next < n {
+		if err := t.syncFlatWait(e, next); err != nil {
+			return err
+		}
+	}
+	for j := range n {
+		if j != t.me && syncMismatch(t.flag(j), e) {
+			return t.mismatch(e, j)
+		}
+	}
+	return nil
+}
+
+// flag is this member's barrier flag j (of member j, or of round j).
+func (t *Team) flag(j int) uint64 { return heap.Load64(t.pe.mem, heap.FlagOff(t.slot, j)) }
+
+// syncFlatWait is the flat barrier's wait once its spin is over: until
+// every flag from member next on reaches epoch e, or a member whose flag
+// is missing has begun Finalize without this barrier.
+func (t *Team) syncFlatWait(e uint64, next int) error {
+	pe := t.pe
+	n := len(t.members)
 	cond := func() bool {
-		next = flatWaiting(n, t.me, next, e, flag)
+		next = flatWaiting(n, t.me, next, e, t.flag)
 		return next == n || t.gaveUp(next, e)
 	}
 	what := func() string {
@@ -300,19 +321,13 @@ func (t *Team) syncFlat(e uint64) error {
 			return err
 		}
 		if next == n {
-			break
+			return nil
 		}
-		if !syncReached(flag(next), e) {
+		if !syncReached(t.flag(next), e) {
 			return pe.missedErr(t.members[next], what())
 		}
 		// Its flag came after the look that saw its bit: wait on.
 	}
-	for j := range n {
-		if j != t.me && syncMismatch(flag(j), e) {
-			return t.mismatch(e, j)
-		}
-	}
-	return nil
 }
 
 // The flat barrier's schedule and wait rule, as pure functions, so the
