@@ -358,7 +358,7 @@ func (c *call) exchange(msg []byte, merge func(in []byte)) error {
 		if err := c.send(msg, me-g.p2, par, slotPre, k, shmem.SignalSet); err != nil {
 			return err
 		}
-		in, err := c.recv(par, slotPost, k, len(msg))
+		in, err := c.recv(par, slotPost, k, len(msg), me-g.p2)
 		if err != nil {
 			return err
 		}
@@ -366,7 +366,7 @@ func (c *call) exchange(msg []byte, merge func(in []byte)) error {
 		return nil
 	}
 	if me < g.rem {
-		in, err := c.recv(par, slotPre, k, len(msg))
+		in, err := c.recv(par, slotPre, k, len(msg), me+g.p2)
 		if err != nil {
 			return err
 		}
@@ -380,7 +380,7 @@ func (c *call) exchange(msg []byte, merge func(in []byte)) error {
 		if err := c.send(msg, partner, par, slotRound+r, k, shmem.SignalSet); err != nil {
 			return err
 		}
-		in, err := c.recv(par, slotRound+r, k, len(msg))
+		in, err := c.recv(par, slotRound+r, k, len(msg), partner)
 		if err != nil {
 			return err
 		}
@@ -402,7 +402,7 @@ func (c *call) exchangeFlat(msg []byte, merge func([]byte), k uint64) error {
 	if err := c.putFlat(msg, par, k, false); err != nil {
 		return err
 	}
-	if err := c.awaitFlat(par, k); err != nil {
+	if err := c.awaitFlat(par, k, true); err != nil {
 		return err
 	}
 	c.fromFlat(msg, merge)
@@ -436,17 +436,29 @@ func (c *call) putFlat(msg []byte, par int, k uint64, relay bool) error {
 }
 
 // awaitFlat waits until every other member's flat buffer of parity par
-// holds its message of exchange k.
-func (c *call) awaitFlat(par int, k uint64) error {
+// holds its message of exchange k. With own, each sequence word is
+// stored by its buffer's member alone (a flat exchange), and the wait
+// for it ends with ErrAsymmetric once that member has begun Finalize
+// without the store (Team.WaitCollective): it never made this call.
+// Without (a long member's wait in a gathered exchange, where member 0
+// may store a short member's word), it is a plain wait.
+func (c *call) awaitFlat(par int, k uint64, own bool) error {
 	c.traceWaitExchange(par, k)
 	for s := 1; s < c.n; s++ {
 		// Member me-s put its message first into me-s+1, ..., so the
 		// left-hand neighbour's is usually the first to land here.
-		w := c.g.seqWord(par, (c.me+c.n-s)%c.n)
+		j := (c.me + c.n - s) % c.n
+		w := c.g.seqWord(par, j)
 		if atomic.LoadUint64(&c.lw[w]) >= k {
 			continue // here already: no wait call (the call is admitted by BeginCollective)
 		}
-		if err := shmem.WaitUntil(c.words, w, shmem.CmpGE, k); err != nil {
+		var err error
+		if own {
+			err = c.t.WaitCollective(c.words, w, k, j)
+		} else {
+			err = shmem.WaitUntil(c.words, w, shmem.CmpGE, k)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -551,12 +563,12 @@ func (c *call) exchangeGather(msg []byte, merge func([]byte), k uint64) error {
 	}
 	if short {
 		c.traceWait(wordRelease+par, k)
-		if err := shmem.WaitUntil(c.words, wordRelease+par, shmem.CmpGE, k); err != nil {
+		if err := c.t.WaitCollective(c.words, wordRelease+par, k, 0); err != nil {
 			return err
 		}
 		return c.fromRelease(msg, merge, par)
 	}
-	if err := c.awaitFlat(par, k); err != nil {
+	if err := c.awaitFlat(par, k, false); err != nil {
 		return err
 	}
 	if atomic.LoadUint64(&c.lw[wordRelease+par]) >= k {
@@ -590,7 +602,7 @@ func (c *call) gatherRoot(msg []byte, merge func([]byte), par int, k uint64) err
 		if j > 0 {
 			w := ctlWords + g.relayAt(par, j)/8
 			if atomic.LoadUint64(&c.lw[w]) < 2*k {
-				if err := shmem.WaitUntil(c.words, w, shmem.CmpGE, 2*k); err != nil {
+				if err := c.t.WaitCollective(c.words, w, 2*k, j); err != nil {
 					return err
 				}
 			}
@@ -789,11 +801,12 @@ func (c *call) send(msg []byte, j, par, slot int, k uint64, op shmem.SignalOp) e
 	return shmem.PutSignal(c.bytes.Slice(off, off+len(msg)), msg, c.words.Slice(sw, sw+1), k, op, c.world(j))
 }
 
-// recv waits for this member's buffer (par, slot) of exchange k and
-// returns its first n bytes.
-func (c *call) recv(par, slot int, k uint64, n int) ([]byte, error) {
+// recv waits for this member's buffer (par, slot) of exchange k, which
+// member from alone signals (Team.WaitCollective), and returns its
+// first n bytes.
+func (c *call) recv(par, slot int, k uint64, n, from int) ([]byte, error) {
 	c.traceWait(sigWord(par, slot), k)
-	if err := shmem.WaitUntil(c.words, sigWord(par, slot), shmem.CmpGE, k); err != nil {
+	if err := c.t.WaitCollective(c.words, sigWord(par, slot), k, from); err != nil {
 		return nil, err
 	}
 	off := c.g.bufOff(par, slot)

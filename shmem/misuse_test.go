@@ -342,3 +342,35 @@ var _ = register("debug-cross-team-order", func(pe *shmem.PE) error {
 func TestDebugCrossTeamOrder(t *testing.T) {
 	eachWith(t, "debug-cross-team-order", 3, []shmem.Option{shmem.WithDebug(true), shmem.WithTimeout(time.Second)}, "SHMEM_DEBUG=1", "GOSHMEM_TIMEOUT=1s")
 }
+
+// WaitCollective's misuse is an error and waits for nothing: a nil team,
+// a writer outside the team, an index past the words; a word already at
+// its value returns at once.
+var _ = register("wait-collective-misuse", func(pe *shmem.PE) error {
+	t := pe.World()
+	words, _ := t.CollectiveArea()
+	var nilTeam *shmem.Team
+	bad := []struct {
+		what string
+		err  error
+		want error
+	}{
+		{"nil team", nilTeam.WaitCollective(words, 0, 1, 0), shmem.ErrInvalid},
+		{"writer -1", t.WaitCollective(words, 0, 1, -1), shmem.ErrBadPE},
+		{"writer NPEs", t.WaitCollective(words, 0, 1, pe.NPEs()), shmem.ErrBadPE},
+		{"index past the words", t.WaitCollective(words, words.Len(), 1, 0), shmem.ErrOutOfBounds},
+		{"a zero handle", t.WaitCollective(shmem.Sym[uint64]{}, 0, 1, 0), shmem.ErrInvalid},
+	}
+	for _, b := range bad {
+		if !errors.Is(b.err, b.want) {
+			return fmt.Errorf("WaitCollective with %s: %v, want %v", b.what, b.err, b.want)
+		}
+	}
+	// Word 0 is zero on a new team: >= 0 holds at once.
+	if err := t.WaitCollective(words, 0, 0, pe.NPEs()-1); err != nil {
+		return fmt.Errorf("WaitCollective of a word already there: %w", err)
+	}
+	return pe.BarrierAll()
+})
+
+func TestWaitCollectiveMisuse(t *testing.T) { each(t, "wait-collective-misuse", 1, 2) }

@@ -85,6 +85,48 @@ func (t *Team) EndCollective(err error) error {
 	return err
 }
 
+// WaitCollective waits, inside a collective call on t (between
+// BeginCollective and EndCollective), until words[i] >= v, where
+// words[i] is a word of this PE's that in this call only team member
+// writer stores into (the sequence word of its message, say). It is
+// WaitUntil(words, i, CmpGE, v) that also ends when writer has begun
+// Finalize with the word still below v: writer made its stores of every
+// collective call before its Finalize began (Finalize quiets, then sets
+// writer's bit in this PE's finalizing bitmap), so it never made this
+// call. That is ErrAsymmetric, and breaks the job on this PE, as a
+// barrier that meets Finalize does (docs/memory-model.md, "Barriers").
+// Under SHMEM_DEBUG Finalize sets no bits and this is WaitUntil. A
+// writer outside t is ErrBadPE.
+func (t *Team) WaitCollective(words Sym[uint64], i int, v uint64, writer int) error {
+	if t == nil {
+		return fmt.Errorf("shmem: WaitCollective on a nil team: %w", ErrInvalid)
+	}
+	if uint(writer) >= uint(len(t.members)) {
+		return fmt.Errorf("shmem: WaitCollective for member %d of a %d-member team: %w", writer, len(t.members), ErrBadPE)
+	}
+	pe, err := localCheck(words, CmpGE)
+	if err != nil {
+		return err
+	}
+	defer pe.leave()
+	if err := indexCheck(i, words.n); err != nil {
+		return err
+	}
+	w := t.members[writer]
+	off := words.off + 8*uint64(i)
+	reached := func() bool { return heap.Load64(pe.mem, off) >= v }
+	what := func() string {
+		return fmt.Sprintf("a collective call on a %d-PE team (word %d at offset %d to reach %d, stored by PE %d)", len(t.members), i, words.off, v, w)
+	}
+	if err := pe.awaitFrom(w, off, 8, func() bool { return reached() || pe.finalizing(w) }, what); err != nil {
+		return err
+	}
+	if !reached() {
+		return pe.missedErr(w, what())
+	}
+	return nil
+}
+
 // PE is the PE the team belongs to.
 func (t *Team) PE() *PE {
 	if t == nil {
