@@ -3,9 +3,12 @@ package collective
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/goshmem/goshmem/internal/testhook"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -107,6 +110,79 @@ func TestFinalizeAgainstCollective(t *testing.T) {
 				each(t, who+c.name, allRoutes, env, 2, 3, 4)
 				if !small {
 					each(t, who+c.name, []route{goroutines, tcp}, env, 9)
+				}
+			})
+		}
+	}
+}
+
+// The same against members whose waits are asleep when the finalizing
+// bit comes, so that the bit's wake-up is what ends them (the test
+// above mostly finds them still spinning): PE 0 calls Finalize only
+// once every other PE has gone to sleep inside its AllReduce
+// (testhook.Sleep), and GOSHMEM_TEST_NONAP=1 turns every nap off, so a
+// lost wake-up holds the job to its timeout instead of showing as
+// latency. Goroutine PEs only: the hook is the process's.
+var (
+	sleepersIn     [16]atomic.Bool // PE r has entered the mismatched call
+	sleepersAsleep atomic.Uint32   // bit r: PE r slept inside it
+	sleepersHook   = func(rank int) {
+		if rank < len(sleepersIn) && sleepersIn[rank].Load() {
+			sleepersAsleep.Or(1 << rank)
+		}
+	}
+)
+
+var _ = register("finalize-against-sleepers", func(pe *shmem.PE) error {
+	me, np := pe.MyPE(), pe.NPEs()
+	mismatched := func(err error) bool {
+		return (errors.Is(err, shmem.ErrAsymmetric) || errors.Is(err, shmem.ErrPeerLost)) && !errors.Is(err, shmem.ErrTimeout)
+	}
+	src, err := shmem.Malloc[float64](pe, 1)
+	if err != nil {
+		return err
+	}
+	dst, err := shmem.Malloc[float64](pe, 1)
+	if err != nil {
+		return err
+	}
+	if err := AllReduce(pe.World(), dst, src, Sum); err != nil {
+		return fmt.Errorf("PE %d's first AllReduce: %w", me, err)
+	}
+	if me == 0 {
+		want := uint32(1<<np-1) &^ 1
+		for deadline := time.Now().Add(10 * time.Second); sleepersAsleep.Load() != want; {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the other PEs did not all sleep in their AllReduce within 10 s (asleep: %b)", sleepersAsleep.Load())
+			}
+			time.Sleep(100 * time.Microsecond) // waiting for the hook's condition, not making it
+		}
+		if err := pe.Finalize(); !mismatched(err) {
+			return fmt.Errorf("PE 0's Finalize against the others' AllReduce: %v, want ErrAsymmetric or ErrPeerLost", err)
+		}
+		return nil
+	}
+	sleepersIn[me].Store(true)
+	err = AllReduce(pe.World(), dst, src, Sum)
+	sleepersIn[me].Store(false)
+	if !mismatched(err) {
+		return fmt.Errorf("PE %d's AllReduce against PE 0's Finalize: %v, want ErrAsymmetric or ErrPeerLost", me, err)
+	}
+	if err := pe.Finalize(); !mismatched(err) {
+		return fmt.Errorf("Finalize of a broken job: %v, want ErrAsymmetric or ErrPeerLost", err)
+	}
+	return nil
+})
+
+func TestFinalizeAgainstSleepers(t *testing.T) {
+	testhook.Sleep.Store(&sleepersHook)
+	defer testhook.Sleep.Store(nil)
+	for _, r := range []route{goroutines, tcp, mixed} {
+		for _, n := range []int{2, 3, 4} {
+			t.Run(r.name+"/"+strconv.Itoa(n), func(t *testing.T) {
+				sleepersAsleep.Store(0)
+				if err := r.run(t, n, "finalize-against-sleepers", []string{"GOSHMEM_TEST_NONAP=1"}, testHeap); err != nil {
+					t.Fatal(err)
 				}
 			})
 		}

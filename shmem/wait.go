@@ -191,6 +191,9 @@ func (pe *PE) sleep(start time.Time, off, n uint64, nap, longest time.Duration, 
 		if time.Since(start) > pe.cfg.Timeout {
 			return fmt.Errorf("shmem: PE %d waited %v for %s: %w", pe.rank, pe.cfg.Timeout, what(), ErrTimeout)
 		}
+		if h := testhook.Sleep.Load(); h != nil {
+			(*h)(pe.rank)
+		}
 		woke, err := pe.sleeper.Sleep(deadline, word, seq)
 		switch {
 		case err != nil:

@@ -31,6 +31,14 @@ var Apply atomic.Pointer[func(rank, from, slot, stream int)]
 // goroutine PE, a kill of a process) makes it die at that step.
 var Step atomic.Pointer[func(rank, step int)]
 
+// Sleep, when set, is called by shmem each time a wait is about to
+// sleep (its watch is registered and its condition was false at the
+// last look), in the waiting goroutine, with the PE's rank. A wake that
+// comes after the call ends that sleep at once, so a test that acts
+// once every PE it expects has called it (a goroutine PE's Finalize,
+// say) exercises the wake-up of a sleeping wait, not of a spinning one.
+var Sleep atomic.Pointer[func(rank int)]
+
 // NoNap reports whether GOSHMEM_TEST_NONAP=1 is set: every timer that
 // could rescue a lost wake-up is off (shmem's wait naps and settle's
 // re-wakes; netmesh's linger timer while a wait is parked), so a lost wake hangs a test (until the PE's timeout,
