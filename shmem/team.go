@@ -280,9 +280,11 @@ func (t *Team) syncFlat(e uint64) error {
 	// next is the first member whose flag has not been seen at the epoch:
 	// the waits resume there rather than rescanning. First a short spin of
 	// plain loads: on one host the last flag usually lands within it, and
-	// the wait (its closures, its calls) is then not set up at all.
+	// the wait (its closures, its calls) is then not set up at all. Not
+	// when the PEs outnumber the CPUs: there the member it waits for may
+	// be off its CPU, and the wait yields at once.
 	next := 0
-	for i := 0; i < spinBetween && next < n; i++ {
+	for i := 0; i < spinBetween && next < n && !pe.oversub; i++ {
 		for next < n && (next == t.me || syncReached(t.flag(next), e)) {
 			next++
 		}
