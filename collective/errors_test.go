@@ -7,10 +7,12 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/goshmem/goshmem/internal/scenario"
+	"github.com/goshmem/goshmem/internal/testhook"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -612,20 +614,38 @@ func TestPeerLost(t *testing.T) {
 
 // Finalize while another goroutine of the PE is in a collective that can
 // never complete (the other PE does not join): the collective returns
-// ErrFinalized, whichever comes first, and Finalize completes.
+// ErrFinalized, and Finalize completes. PE 1 calls Finalize once the
+// collective is inside its first step (testhook.Step), and PE 0 begins
+// its own Finalize only once the collective has ended: one that began it
+// earlier would be seen as a member that skipped the call for Finalize
+// (ErrAsymmetric, finalize_test.go), the other way to end it.
 func TestFinalizeDuringCollective(t *testing.T) {
+	var armed atomic.Bool // PE 1's collective is about to start
+	var inCall chan struct{}
+	hook := func(rank, step int) {
+		if rank == 1 && armed.CompareAndSwap(true, false) {
+			close(inCall)
+		}
+	}
+	testhook.Step.Store(&hook)
+	defer testhook.Step.Store(nil)
 	for _, hosts := range [][]string{nil, {"a", "b"}} {
 		var got error
+		ended := make(chan struct{})
+		inCall = make(chan struct{})
 		err := shmem.Run(2, func(pe *shmem.PE) error {
 			b, err := newBufs[float64](pe, 1000)
 			if err != nil {
 				return err
 			}
 			if pe.MyPE() == 0 {
-				return nil // straight to Finalize
+				<-ended
+				return nil // to Finalize
 			}
 			done := make(chan error, 1)
-			go func() { done <- AllReduce(pe.World(), b.dst, b.src, Sum) }()
+			armed.Store(true)
+			go func() { done <- AllReduce(pe.World(), b.dst, b.src, Sum); close(ended) }()
+			<-inCall
 			ferr := pe.Finalize()
 			got = <-done
 			return ferr

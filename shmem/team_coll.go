@@ -121,10 +121,16 @@ func (t *Team) WaitCollective(words Sym[uint64], i int, v uint64, writer int) er
 	if err := pe.awaitFrom(w, off, 8, func() bool { return reached() || pe.finalizing(w) }, what); err != nil {
 		return err
 	}
-	if !reached() {
-		return pe.missedErr(w, what())
+	if reached() {
+		return nil
 	}
-	return nil
+	// The writer's bit, and no store. This PE's own Finalize, begun
+	// meanwhile on another goroutine, ends the wait as it ends every
+	// wait (ErrFinalized); otherwise the writer never made this call.
+	if err := pe.alive(); err != nil {
+		return fmt.Errorf("shmem: PE %d waiting for %s: %w", pe.rank, what(), err)
+	}
+	return pe.missedErr(w, what())
 }
 
 // PE is the PE the team belongs to.
