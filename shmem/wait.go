@@ -67,7 +67,7 @@ func (pe *PE) awaitFrom(from int, off, n uint64, cond func() bool, what func() s
 	}
 	// The first spinBetween checks come before the first clock read: a
 	// same-host writer usually lands within them (a 2-PE barrier's whole
-	// wait), and the read is a tenth of such a barrier on this VM.
+	// wait), and such a wait then reads no clock at all.
 	for i := 0; i < spinBetween; i++ {
 		if cond() {
 			return nil
