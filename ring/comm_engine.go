@@ -373,7 +373,13 @@ type waiter struct {
 	acks bool
 	// claims: a rendezvous send watches the claim words its target
 	// (world PE claims-1; 0: none) sets in this PE's heap too.
-	claims  int
+	claims int
+	// dep is 1 + the world PE whose departure (shmem's PE.Departed: it
+	// has begun Finalize) also ends the sleep, when the call can
+	// complete only with its help: a receive's named source, a send's
+	// target (0, or this PE: none). The caller then looks once more,
+	// and gives up if nothing came (departedErr).
+	dep     int
 	seen    [1 + 2*watchLanes]uint64 // the doorbell, then e.watch's words, as marked
 	seenRdv [claimsPer]uint64        // the claim words, as marked
 	vs      *[]uint64                // the sleep's comparands over the words object (from e.vsPool)
@@ -458,7 +464,7 @@ func (w *waiter) waitKeep(ctx context.Context, e *engine, keep bool) (held bool,
 		}
 	}
 	if e.watch == nil {
-		err = shmem.WaitUntil(e.bell, 0, shmem.CmpNE, w.seen[0])
+		_, err = shmem.WaitUntilAnyVectorFrom(e.bell.Slice(0, 1), nil, shmem.CmpNE, w.seen[:1], w.dep-1)
 	} else {
 		// One wait on the words object: a write to any watched word (a
 		// pub word's signal, an ack's add, the doorbell's add, a claim
@@ -492,7 +498,7 @@ func (w *waiter) waitKeep(ctx context.Context, e *engine, keep bool) (held bool,
 			mask = (*w.mask)[:n]
 			copy(vs[base:n], w.seenRdv[:])
 		}
-		_, err = shmem.WaitUntilAnyVector(e.r.words.Slice(0, n), mask, shmem.CmpNE, vs[:n])
+		_, err = shmem.WaitUntilAnyVectorFrom(e.r.words.Slice(0, n), mask, shmem.CmpNE, vs[:n], w.dep-1)
 	}
 	if err != nil {
 		return false, fmt.Errorf("ring: Comm on PE %d: %w", e.me, err)
@@ -563,6 +569,31 @@ const commSpin = 20 * time.Microsecond
 // would load too many words per look: there every message and every
 // ack also rings the receiver's doorbell, the one word a wait watches.
 const watchLanes = 8
+
+// departedErr is the error of a call that can complete only with world
+// PE wpe, which has begun Finalize: nothing more comes from it, and it
+// takes nothing more.
+func departedErr(wpe int) error {
+	return fmt.Errorf("PE %d (world rank) has begun Finalize: %w", wpe, shmem.ErrPeerLost)
+}
+
+// depOf is 1 + the world PE that receive q can complete only with: the
+// sender of the rendezvous message it is taking, or its named source;
+// 0 when none (the source is this PE, or AnySource: this PE's other
+// goroutines may still send to it).
+func (e *engine) depOf(c *Comm, q *request) int {
+	src := -1
+	switch {
+	case q.ent != nil:
+		src = q.ent.wsrc
+	case q.from != AnySource:
+		src = c.world[q.from]
+	}
+	if src == e.me {
+		return 0
+	}
+	return src + 1
+}
 
 // ctxErr wraps ctx's error for a call.
 func ctxErr(what string, err error) error {
@@ -1139,6 +1170,9 @@ func (e *engine) recvReq(ctx context.Context, c *Comm, q *request, w *waiter) (S
 	if q.probe {
 		what = "Probe"
 	}
+	// gone is 1 + the world PE whose finalizing bit was seen before
+	// this look (depOf; 0: none).
+	gone := 0
 	for held := false; ; {
 		if !held {
 			if err := e.lock(); err != nil {
@@ -1174,6 +1208,9 @@ func (e *engine) recvReq(ctx context.Context, c *Comm, q *request, w *waiter) (S
 		if err == nil {
 			err = ctx.Err()
 		}
+		if err == nil && gone > 0 && e.depOf(c, q) == gone {
+			err = departedErr(gone - 1)
+		}
 		if err == nil && c.stuck(q) {
 			err = fmt.Errorf("ring: %s on PE %d (from %d, tag %d): %d bytes of unexpected messages are queued, the cap is %d, and the message may be behind them: %w",
 				what, e.me, q.from, q.tag, e.queued, e.cap, ErrQueueFull)
@@ -1188,6 +1225,14 @@ func (e *engine) recvReq(ctx context.Context, c *Comm, q *request, w *waiter) (S
 				return Status{}, fmt.Errorf("ring: %s: %w (and giving back a message: %v)", what, err, cerr)
 			}
 			return Status{}, ctxErr(what, err)
+		}
+		w.dep = e.depOf(c, q)
+		if w.dep > 0 && w.dep != gone && e.pe.Departed(w.dep-1) {
+			// The source has begun Finalize: its bit came after every
+			// message it sent, so one more look finds them all, or the
+			// receive gives up (above).
+			gone, held = w.dep, true
+			continue
 		}
 		e.unlock()
 		if e.corks {
@@ -1275,14 +1320,19 @@ func (e *engine) sendSelf(c *Comm, tag int, kind uint8, data []byte) error {
 // two PEs that fill each other's lanes do not wait for each other.
 func (e *engine) sendOn(ctx context.Context, w *waiter, dst int, hdr, data []byte) error {
 	l := e.r.outTo[dst]
+	w.dep = dst + 1
 	// The first try needs no mark: only one that finds no room waits,
 	// and it tries again after marking.
 	for marked := false; ; marked = true {
 		if err := e.hold(); err != nil {
 			return err
 		}
+		gone := false
 		if marked {
 			w.mark(e)
+			// Read before the try: dst's acknowledgements made before
+			// its Finalize began are here for it.
+			gone = e.pe.Departed(dst)
 		}
 		_, sent, err := l.sendv(e.r, hdr, data, false)
 		e.pe.Exit()
@@ -1291,6 +1341,9 @@ func (e *engine) sendOn(ctx context.Context, w *waiter, dst int, hdr, data []byt
 				return err
 			}
 			continue
+		}
+		if gone {
+			return departedErr(dst)
 		}
 		if err := e.lock(); err != nil {
 			return err
@@ -1358,7 +1411,7 @@ func (e *engine) scanClaims(dst int) {
 // receiver drops it. A pending Send holds nothing but its place in the
 // lane, so any number of them may wait for their receives.
 func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8, data []byte) (err error) {
-	w := waiter{acks: true, claims: dst + 1}
+	w := waiter{acks: true, claims: dst + 1, dep: dst + 1}
 	defer w.done(e)
 	if err := e.lock(); err != nil {
 		return ctxErr("Send", err)
@@ -1389,6 +1442,7 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 	frag := e.fragTo(dst)
 	last, spec := rdvCut(len(data), frag)
 	ep, off, matched := uint32(specEpoch), 0, false
+	gone := false // dst's finalizing bit was seen before this look
 	for {
 		// One look at the claim words, and what they ask for, holding
 		// the gate (the words are read in place).
@@ -1455,6 +1509,15 @@ func (e *engine) sendRdv(ctx context.Context, c *Comm, dst, tag int, kind uint8,
 			continue
 		}
 		werr := ctx.Err()
+		if werr == nil && gone {
+			werr = departedErr(dst)
+		}
+		if werr == nil && e.pe.Departed(dst) {
+			// dst has begun Finalize: its bit came after any match it
+			// made, so one more look finds it, or the Send gives up.
+			gone = true
+			continue
+		}
 		if werr == nil {
 			if werr = e.lock(); werr == nil {
 				if werr = e.progress(); werr == nil {

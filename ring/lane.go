@@ -231,18 +231,31 @@ func slotPut(size, used int) (head int, tail bool) {
 	return size, false
 }
 
-// waitAck waits until the receiver has acknowledged message need.
+// waitAck waits until the receiver has acknowledged message need. It
+// gives up with ErrPeerLost once the receiver has begun Finalize
+// without that acknowledgement (shmem's PE.Departed, read before the
+// ack word: every acknowledgement made before its Finalize is here).
 func (l *sendLane) waitAck(r *Ring, need uint64) error {
+	gone := r.pe.Departed(l.lane.To)
 	l.acked = atomic.LoadUint64(l.ackWord)
-	if l.acked < need {
-		r.waits.Add(1)
+	for waited := false; l.acked < need; {
+		if gone {
+			return fmt.Errorf("ring: Send on lane %d→%d waiting for PE %d to acknowledge message %d: PE %d has begun Finalize: %w",
+				l.lane.From, l.lane.To, l.lane.To, need, l.lane.To, shmem.ErrPeerLost)
+		}
+		if !waited {
+			r.waits.Add(1)
+			waited = true
+		}
 		start := time.Now()
-		err := shmem.WaitUntil(l.ack, 0, shmem.CmpGE, need)
+		want := [1]uint64{need}
+		_, err := shmem.WaitUntilAnyVectorFrom(l.ack, nil, shmem.CmpGE, want[:], l.lane.To)
 		r.waitNs.Add(int64(time.Since(start)))
 		if err != nil {
 			return fmt.Errorf("ring: Send on lane %d→%d waiting for PE %d to acknowledge message %d: %w",
 				l.lane.From, l.lane.To, l.lane.To, need, err)
 		}
+		gone = r.pe.Departed(l.lane.To)
 		l.acked = atomic.LoadUint64(l.ackWord)
 	}
 	if l.acked >= l.next {

@@ -75,6 +75,7 @@ type Ring struct {
 	bell     shmem.Sym[uint64] // this PE's doorbell word
 	bellWord *uint64
 	useBell  bool // more than one incoming lane: Recv sleeps on the doorbell, not on a pub word
+	sender   int  // the world PE every incoming lane comes from, when that is one PE other than this one; else -1
 	spin     bool // this host has a CPU per PE: Recv polls for a while before it sleeps
 
 	rmu sync.Mutex // guards the receive side: every recvLane's state and rr
@@ -204,6 +205,15 @@ func newRingOver(t *shmem.Team, lanes []Lane, mode Mode, inlineMax int, bell bel
 		}
 	}
 	r.useBell = bell == bellAlways || len(r.in) > 1
+	r.sender = -1
+	for i, l := range r.in {
+		if i == 0 && l.lane.From != pe.MyPE() {
+			r.sender = l.lane.From
+		} else if l.lane.From != r.sender {
+			r.sender = -1
+			break
+		}
+	}
 	return r, nil
 }
 
@@ -322,7 +332,9 @@ const recvSpin = 512
 // word when the PE has one incoming lane, else the PE's doorbell): a
 // short spin, then shmem.WaitUntil (spin, yield, then sleep). It ends with the
 // shmem error (ErrPeerLost, ErrTimeout) when a peer is lost or the PE's
-// timeout passes with nothing arriving, and with an error on corruption
+// timeout passes with nothing arriving, with ErrPeerLost once every
+// incoming lane's sender (when that is one PE, not this one) has begun
+// Finalize and nothing it sent is left, and with an error on corruption
 // as Poll does.
 func (r *Ring) Recv() (Message, error) {
 	if err := r.usable(); err != nil {
@@ -335,6 +347,7 @@ func (r *Ring) Recv() (Message, error) {
 		return Message{}, err
 	}
 	defer r.pe.Exit()
+	gone := false // the one sender's finalizing bit was seen before this look
 	for {
 		// Read the doorbell before looking: a message that arrives after
 		// the look rings it past this value.
@@ -345,6 +358,10 @@ func (r *Ring) Recv() (Message, error) {
 		m, ok, want, err := r.recvOne()
 		if ok || err != nil {
 			return m, err
+		}
+		if gone {
+			return Message{}, fmt.Errorf("ring: Recv on PE %d: its lanes' only sender, PE %d, has begun Finalize: %w",
+				r.pe.MyPE(), r.sender, shmem.ErrPeerLost)
 		}
 		// Wait until word >= want.
 		word, sym := r.in[0].pubWord, r.in[0].pub
@@ -357,7 +374,14 @@ func (r *Ring) Recv() (Message, error) {
 		if err := r.usable(); err != nil {
 			return Message{}, err
 		}
-		if err := shmem.WaitUntil(sym, 0, shmem.CmpGE, want); err != nil {
+		if r.sender >= 0 && r.pe.Departed(r.sender) {
+			// Its bit came after every message it sent: one more look
+			// finds them all, or Recv gives up (above).
+			gone = true
+			continue
+		}
+		vs := [1]uint64{want}
+		if _, err := shmem.WaitUntilAnyVectorFrom(sym, nil, shmem.CmpGE, vs[:], r.sender); err != nil {
 			return Message{}, fmt.Errorf("ring: Recv on PE %d: %w", r.pe.MyPE(), err)
 		}
 	}

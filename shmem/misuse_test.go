@@ -374,3 +374,50 @@ var _ = register("wait-collective-misuse", func(pe *shmem.PE) error {
 })
 
 func TestWaitCollectiveMisuse(t *testing.T) { each(t, "wait-collective-misuse", 1, 2) }
+
+// wait-from-misuse: WaitUntilAnyVectorFrom's bad arguments are errors
+// that change nothing; a from of -1 or this PE watches no departure, a
+// word already there returns at once whatever from is; Departed is false
+// for this PE, ranks outside the job and a PE that has not finalized.
+var _ = register("wait-from-misuse", func(pe *shmem.PE) error {
+	s, err := shmem.Malloc[uint64](pe, 2)
+	if err != nil {
+		return err
+	}
+	vs := []uint64{0, 0}
+	bad := []struct {
+		what string
+		want error
+		call func() (int, error)
+	}{
+		{"from NPEs", shmem.ErrBadPE, func() (int, error) { return shmem.WaitUntilAnyVectorFrom(s, nil, shmem.CmpNE, vs, pe.NPEs()) }},
+		{"a short vector", shmem.ErrInvalid, func() (int, error) { return shmem.WaitUntilAnyVectorFrom(s, nil, shmem.CmpNE, vs[:1], 0) }},
+		{"a short mask", shmem.ErrOutOfBounds, func() (int, error) { return shmem.WaitUntilAnyVectorFrom(s, []bool{true}, shmem.CmpNE, vs, 0) }},
+		{"a zero handle", shmem.ErrInvalid, func() (int, error) {
+			return shmem.WaitUntilAnyVectorFrom(shmem.Sym[uint64]{}, nil, shmem.CmpNE, nil, 0)
+		}},
+	}
+	for _, b := range bad {
+		if i, err := b.call(); i != -1 || !errors.Is(err, b.want) {
+			return fmt.Errorf("WaitUntilAnyVectorFrom with %s: %d, %v, want -1, %v", b.what, i, err, b.want)
+		}
+	}
+	// Element 1 is 0 == vs[1]: CmpEQ holds at once, for every from.
+	for _, from := range []int{-1, pe.MyPE(), pe.NPEs() - 1} {
+		if i, err := shmem.WaitUntilAnyVectorFrom(s, []bool{false, true}, shmem.CmpEQ, vs, from); i != 1 || err != nil {
+			return fmt.Errorf("WaitUntilAnyVectorFrom of an element already there, from %d: %d, %v, want 1, nil", from, i, err)
+		}
+	}
+	for _, r := range []int{-1, pe.MyPE(), pe.NPEs(), pe.NPEs() - 1 - pe.MyPE()} {
+		if pe.Departed(r) {
+			return fmt.Errorf("Departed(%d) on PE %d of %d, before any Finalize: true", r, pe.MyPE(), pe.NPEs())
+		}
+	}
+	var nilPE *shmem.PE
+	if nilPE.Departed(0) {
+		return errors.New("Departed of a nil PE: true")
+	}
+	return pe.BarrierAll()
+})
+
+func TestWaitFromMisuse(t *testing.T) { each(t, "wait-from-misuse", 1, 2) }

@@ -138,6 +138,22 @@ func (pe *PE) Accessible(target int) bool {
 	return p.mem != nil || (p.link != nil && p.link.Err() == nil)
 }
 
+// Departed reports whether PE target has begun Finalize, as far as this
+// PE has seen: target has set its bit in this PE's finalizing bitmap,
+// after every store it made before its Finalize began (Finalize quiets
+// first), so once Departed is true those stores are all here, and no
+// later one comes. False for this PE itself, for a PE outside the job,
+// once this PE's own Finalize has begun, and under SHMEM_DEBUG, whose
+// Finalize sets no bits (docs/memory-model.md, "Barriers").
+func (pe *PE) Departed(target int) bool {
+	if pe == nil || target < 0 || target >= pe.npes || target == pe.rank || !pe.tryEnter() {
+		return false
+	}
+	d := pe.finalizing(target)
+	pe.leaveFast()
+	return d
+}
+
 // SameHost reports whether target's heap is mapped here, so that Ptr
 // gives direct loads and stores (true for MyPE). It is false once
 // Finalize has begun.

@@ -118,19 +118,42 @@ func (t *Team) WaitCollective(words Sym[uint64], i int, v uint64, writer int) er
 	what := func() string {
 		return fmt.Sprintf("a collective call on a %d-PE team (word %d at offset %d to reach %d, stored by PE %d)", len(t.members), i, words.off, v, w)
 	}
-	if err := pe.awaitFrom(w, off, 8, func() bool { return reached() || pe.finalizing(w) }, what); err != nil {
+	departed, err := pe.awaitWriter(w, off, 8, reached, what)
+	if err != nil || !departed {
 		return err
 	}
-	if reached() {
-		return nil
-	}
-	// The writer's bit, and no store. This PE's own Finalize, begun
-	// meanwhile on another goroutine, ends the wait as it ends every
-	// wait (ErrFinalized); otherwise the writer never made this call.
-	if err := pe.alive(); err != nil {
-		return fmt.Errorf("shmem: PE %d waiting for %s: %w", pe.rank, what(), err)
-	}
+	// The writer's bit, and no store: it never made this call.
 	return pe.missedErr(w, what())
+}
+
+// awaitWriter is awaitFrom for a wait that only PE from's store can end:
+// it also ends, with departed set, once from has begun Finalize with
+// cond still false (its bit in this PE's finalizing bitmap comes after
+// every store it made before, and wakes every wait of this PE). This
+// PE's own Finalize, begun meanwhile on another goroutine, ends it as it
+// ends every wait (ErrFinalized), also when both came.
+func (pe *PE) awaitWriter(from int, off, n uint64, cond func() bool, what func() string) (departed bool, err error) {
+	if !pe.hasRemote && !pe.oversub {
+		// The first looks, as awaitFrom's, at the word alone: a
+		// same-host writer with a CPU of its own usually lands within
+		// them, and a departure waits the few hundred nanoseconds they
+		// take.
+		for i := 0; i < spinBetween; i++ {
+			if cond() {
+				return false, nil
+			}
+		}
+	}
+	if err := pe.awaitFrom(from, off, n, func() bool { return cond() || pe.finalizing(from) }, what); err != nil {
+		return false, err
+	}
+	if cond() {
+		return false, nil
+	}
+	if err := pe.alive(); err != nil {
+		return false, fmt.Errorf("shmem: PE %d waiting for %s: %w", pe.rank, what(), err)
+	}
+	return true, nil
 }
 
 // PE is the PE the team belongs to.

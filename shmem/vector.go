@@ -147,6 +147,51 @@ func (w *watch[T]) waitAny(pe *PE) (int, error) {
 	return found, nil
 }
 
+// WaitUntilAnyVectorFrom is WaitUntilAnyVector for a wait that only PE
+// from can end (a package built on shmem waiting for a message from
+// from, as ring's Comm does): it also returns, with index -1 and a nil
+// error, once from has begun Finalize (Departed), since from stores
+// nothing more, and every store it made before its Finalize began is
+// here by then. The caller looks once more, then gives up on from. A
+// from below 0, or this PE itself, watches no departure: the call is
+// WaitUntilAnyVector. A from outside the job is ErrBadPE.
+func WaitUntilAnyVectorFrom[T AtomicElem](s Sym[T], mask []bool, cmp Cmp, vs []T, from int) (int, error) {
+	pe, w, err := newWatch(s, mask, cmp, 0, vs, true)
+	if err != nil {
+		return -1, err
+	}
+	defer pe.leave()
+	if from >= pe.npes {
+		return -1, fmt.Errorf("shmem: a wait for PE %d of a %d-PE job: %w", from, pe.npes, ErrBadPE)
+	}
+	if from < 0 || from == pe.rank {
+		return w.waitAny(pe)
+	}
+	if s.n == 1 && mask == nil {
+		// One word (a lane's pub word, a doorbell): no scan.
+		v := vs[0]
+		cond := func() bool { return compare(loadLocal(s, 0), cmp, v) }
+		what := func() string {
+			return fmt.Sprintf("the word at offset %d to be %v %v, or PE %d to begin Finalize", s.off, cmp, v, from)
+		}
+		if departed, err := pe.awaitWriter(from, s.off, uint64(sizeOf[T]()), cond, what); err != nil || departed {
+			return -1, err
+		}
+		return 0, nil
+	}
+	if found := w.testAny(); found >= 0 || w.none() {
+		return found, nil
+	}
+	c := w
+	found := -1
+	cond := func() bool { found = c.testAny(); return found >= 0 }
+	what := func() string { return c.what("any", 0) + fmt.Sprintf(", or PE %d to begin Finalize", from) }
+	if _, err := pe.awaitWriter(from, c.s.off, uint64(c.s.n*sizeOf[T]()), cond, what); err != nil {
+		return -1, err
+	}
+	return found, nil
+}
+
 // waitSome returns every selected index that holds, once one does; nil
 // at once when nothing is selected.
 func (w *watch[T]) waitSome(pe *PE) ([]int, error) {
