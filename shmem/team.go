@@ -497,9 +497,16 @@ func gatherWaiting(n, from int, e uint64, flag func(j int) uint64) int {
 // goneErr turns the error of an operation of a barrier or collective
 // call on the link of a remote peer that said goodbye into the job's
 // error: a collective with a PE that has finalized while this one runs
-// cannot complete (checkRemoteGone).
+// cannot complete (checkRemoteGone). A lost link's error breaks the job
+// here and now: the link's report of the loss (netmesh's OnLost, which
+// does the same) may come from another goroutine after this call has
+// returned, and the PE's next call must not find the job whole.
 func (pe *PE) goneErr(err error) error {
-	if errors.Is(err, ErrFinalized) && !errors.Is(err, ErrPeerLost) && pe.running() {
+	if errors.Is(err, ErrPeerLost) {
+		pe.markLost(err)
+		return err
+	}
+	if errors.Is(err, ErrFinalized) && pe.running() {
 		pe.checkRemoteGone()
 		if b := pe.brokenErr(); b != nil {
 			return fmt.Errorf("shmem: PE %d in a collective call: %v: %w", pe.rank, err, b)
