@@ -243,7 +243,7 @@ func (l *Link) put(sts []*stream, off uint64, src []byte, blocking bool) error {
 		}
 		mode := sendLater
 		switch {
-		case blocking && len(src) <= copyMax:
+		case len(src) <= copyMax:
 			mode = sendSoon // copied: written with the next frame (see corkDelay)
 		case blocking:
 			mode = sendNow

@@ -92,3 +92,81 @@ func TestPutCork(t *testing.T) {
 		time.Sleep(100 * time.Microsecond)
 	}
 }
+
+// A small PutNBI (up to copyMax, copied into the batch) is corked like a
+// small blocking Put: it wakes no writer goroutine, a window of them
+// leaves with the Flush's FLUSH in one write, Push sends what waits at
+// once, and a lone one still arrives within corkDelay. A larger one is
+// not corked: the writer goroutine takes it.
+func TestPutNBICork(t *testing.T) {
+	pes := newJob(t, 2, 1<<16, "127.0.0.1", func(c *Config) { c.Heartbeat = time.Hour })
+	l := link(t, pes, 0, 1)
+	q := l.streams[0].q
+	batches, setCork := corkControls(q)
+	p := pes[1]
+	setCork(time.Hour)
+	before := batches()
+	for i := range 64 {
+		if err := l.PutNBI(uint64(8*i), []byte{byte(i), 1, 2, 3, 4, 5, 6, 7}); err != nil {
+			t.Fatal(err)
+		}
+		if !q.waiting.Load() {
+			t.Fatalf("PutNBI %d was not corked", i)
+		}
+	}
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := batches() - before; n != 1 {
+		t.Errorf("64 PutNBIs + Flush took %d writes, want 1", n)
+	}
+	p.sync()
+	for i := range 64 {
+		if p.mem[8*i] != byte(i) || p.mem[8*i+7] != 7 {
+			t.Fatalf("PutNBI %d: segment bytes %v", i, p.mem[8*i:8*i+8])
+		}
+	}
+	// Push sends what waits at once.
+	base := p.applied.Load()
+	if err := l.PutNBI(600, []byte("ABCDEFGH")); err != nil {
+		t.Fatal(err)
+	}
+	pes[0].m.Push()
+	if q.waiting.Load() {
+		t.Fatal("Push left a corked PutNBI waiting")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.applied.Load() == base {
+		if time.Now().After(deadline) {
+			t.Fatal("a pushed PutNBI never arrived")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	// Alone, it leaves within corkDelay.
+	setCork(corkDelay)
+	base = p.applied.Load()
+	if err := l.PutNBI(608, []byte("abcdefgh")); err != nil {
+		t.Fatal(err)
+	}
+	for p.applied.Load() == base {
+		if time.Now().After(deadline) {
+			t.Fatal("a lone PutNBI never left its batch")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	// Past copyMax: not corked.
+	big := make([]byte, copyMax+1)
+	if err := l.PutNBI(1024, big); err != nil {
+		t.Fatal(err)
+	}
+	if q.waiting.Load() {
+		t.Error("a PutNBI of copyMax+1 bytes was corked")
+	}
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	p.sync()
+	if string(p.mem[600:616]) != "ABCDEFGHabcdefgh" {
+		t.Fatalf("segment %q", p.mem[600:616])
+	}
+}
