@@ -286,6 +286,66 @@ var _ = register("lock-mutex", func(pe *shmem.PE) error {
 
 func TestLockMutex(t *testing.T) { each(t, "lock-mutex", 1, 2, 3, 4, 8) }
 
+// Locks between goroutines of one PE as well as between PEs: four
+// goroutines per PE each make k locked increments of one counter. A
+// goroutine queued behind another of its PE (takeLocal) is woken by the
+// one that clears the lock; under GOSHMEM_TEST_NONAP (.ci/run) a lost
+// wake there ends the test with ErrTimeout instead of a nap's delay.
+var _ = register("lock-goroutines", func(pe *shmem.PE) error {
+	const k, g = 50, 4
+	np := pe.NPEs()
+	lock, err := shmem.Malloc[int64](pe, 1)
+	if err != nil {
+		return err
+	}
+	ctr, err := shmem.Malloc[int64](pe, 1)
+	if err != nil {
+		return err
+	}
+	holder := np - 1
+	errc := make(chan error, g)
+	for range g {
+		go func() {
+			for i := 0; i < k; i++ {
+				if err := shmem.SetLock(lock); err != nil {
+					errc <- err
+					return
+				}
+				v, err := shmem.G(ctr, 0, holder)
+				if err == nil {
+					err = shmem.P(ctr, 0, v+1, holder)
+				}
+				if cerr := shmem.ClearLock(lock); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	var errs []error
+	for range g {
+		if err := <-errc; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := pe.BarrierAll(); err != nil {
+		return err
+	}
+	if v, err := shmem.G(ctr, 0, holder); err != nil || v != int64(k*g*np) {
+		return fmt.Errorf("counter %d (%v) after %d locked increments by %d goroutines of %d PEs", v, err, k, g, np)
+	}
+	return pe.BarrierAll()
+})
+
+func TestLockGoroutines(t *testing.T) { each(t, "lock-goroutines", 1, 2, 3) }
+
 var _ = register("waits", func(pe *shmem.PE) error {
 	me, np := pe.MyPE(), pe.NPEs()
 	flags, err := shmem.Malloc[int32](pe, np)

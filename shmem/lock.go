@@ -37,6 +37,8 @@ const lockGranted = 1 << 31
 type lockState struct {
 	held   chan struct{} // capacity 1: full while a goroutine of this PE holds or queues for the lock, or an abandoned node is being finished
 	holder atomic.Int32  // lockHeld while the program holds the lock
+	off    uint64        // the lock word: a goroutine waiting for held sleeps on it (takeLocal)
+	frees  atomic.Uint64 // how many times held was freed: what takeLocal's wait watches
 }
 
 const lockHeld = 1
@@ -49,7 +51,7 @@ func (pe *PE) lockFor(off uint64) *lockState {
 	}
 	l := pe.locks[off]
 	if l == nil {
-		l = &lockState{held: make(chan struct{}, 1)}
+		l = &lockState{held: make(chan struct{}, 1), off: off}
 		pe.locks[off] = l
 	}
 	return l
@@ -128,7 +130,7 @@ func TestLock(l Sym[int64]) (bool, error) {
 		return false, nil // another goroutine of this PE has it
 	}
 	if _, err := pe.queue(ls, off, home).acquire(true); err != nil {
-		<-ls.held
+		pe.freeLocal(ls)
 		if err == errLockBusy {
 			return false, nil
 		}
@@ -142,30 +144,42 @@ var errLockBusy = fmt.Errorf("shmem: lock busy")
 
 // takeLocal queues this goroutine behind the PE's other goroutines on the
 // lock, with the same bounds as any wait: the PE's timeout and the job's
-// health.
+// health. It waits as every wait does (await, on the lock word), for
+// frees to move: the goroutine that frees held wakes it (freeLocal), and
+// so do Finalize and a lost peer, with no timer on the way. The wait's
+// condition only reads frees (a wait may evaluate it and drop the
+// answer), and the channel is tried again after every wake.
 func (pe *PE) takeLocal(ls *lockState, off uint64) error {
-	select {
-	case ls.held <- struct{}{}:
-		return nil
-	default:
-	}
-	deadline := time.Now().Add(pe.cfg.Timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
+	start := time.Now()
 	for {
+		seen := ls.frees.Load()
 		select {
 		case ls.held <- struct{}{}:
 			return nil
-		case <-tick.C:
-			if err := pe.alive(); err != nil {
-				return err
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("shmem: PE %d waited %v for another of its goroutines to release the lock at offset %d: %w",
-					pe.rank, pe.cfg.Timeout, off, ErrTimeout)
-			}
+		default:
+		}
+		if time.Since(start) > pe.cfg.Timeout {
+			return fmt.Errorf("shmem: PE %d waited %v for another of its goroutines to release the lock at offset %d: %w",
+				pe.rank, pe.cfg.Timeout, off, ErrTimeout)
+		}
+		err := pe.await(off, 8, func() bool { return ls.frees.Load() != seen }, func() string {
+			return fmt.Sprintf("another of its goroutines to release the lock at offset %d", off)
+		})
+		if err != nil {
+			return err
 		}
 	}
+}
+
+// freeLocal frees held for this PE's next goroutine and wakes it if it
+// sleeps in takeLocal. Dekker, as every wake (wait.go, sleep): the
+// sleeper announces its watch of the lock word, then loads frees; this
+// adds to frees (an atomic read-modify-write, a full fence), then reads
+// the announcement, so one of the two sees the other.
+func (pe *PE) freeLocal(ls *lockState) {
+	<-ls.held
+	ls.frees.Add(1)
+	notifyAtomic(&pe.peers[pe.rank], ls.off, 8)
 }
 
 // ClearLock completes this PE's outstanding operations (Quiet), so the
@@ -227,7 +241,7 @@ func (p peLockPort) await(off uint64, cond func() bool, what func() string) erro
 }
 
 func (p peLockPort) node(off uint64) uint32 { return atomic.LoadUint32(heap.Ptr32(p.pe.mem, off)) }
-func (p peLockPort) unheld()                { <-p.ls.held }
+func (p peLockPort) unheld()                { p.pe.freeLocal(p.ls) }
 
 func (p peLockPort) spawn(f func()) bool {
 	if !p.pe.hold() {
