@@ -952,6 +952,13 @@ func newStream(l *Link, idx int, c *net.TCPConn) (*stream, error) {
 		return nil, err
 	}
 	st.q = q
+	if l.m.noNap {
+		// GOSHMEM_TEST_NONAP: no cork timer. A corked put leaves with the
+		// stream's next frame or a wait's Mesh.Push, so a wait of this PE
+		// that forgot to push hangs a test instead of passing corkDelay
+		// late.
+		q.cork = noCork
+	}
 	q.nb.rawOK = &l.m.oversub
 	if st.raw, err = c.SyscallConn(); err != nil {
 		return nil, err

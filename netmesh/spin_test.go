@@ -59,6 +59,10 @@ func TestPollAppliesAndHandsOver(t *testing.T) {
 	if err := to1.Put(0, v[:]); err != nil {
 		t.Fatal(err)
 	}
+	// PE 0 waits below, so it pushes its corked put as a wait does
+	// (Mesh.Push), rather than leaving it to the cork timer (off under
+	// GOSHMEM_TEST_NONAP).
+	p0.m.Push()
 	select {
 	case ok := <-polled:
 		if !ok {

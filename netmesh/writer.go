@@ -184,6 +184,11 @@ const (
 // and a run of blocking puts leaves in few writes.
 const corkDelay = 20 * time.Microsecond
 
+// noCork is the cork delay under GOSHMEM_TEST_NONAP (testhook.NoNap):
+// longer than any test, so the timer never sends what a wait should
+// have pushed.
+const noCork = 24 * time.Hour
+
 var errShut = errors.New("netmesh: stream closing")
 
 type sendQueue struct {

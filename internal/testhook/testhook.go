@@ -41,7 +41,8 @@ var Sleep atomic.Pointer[func(rank int)]
 
 // NoNap reports whether GOSHMEM_TEST_NONAP=1 is set: every timer that
 // could rescue a lost wake-up is off (shmem's wait naps and settle's
-// re-wakes; netmesh's linger timer while a wait is parked), so a lost wake hangs a test (until the PE's timeout,
+// re-wakes; netmesh's linger timer while a wait is parked, and its cork
+// timer, so a wait that forgot Mesh.Push hangs too), so a lost wake hangs a test (until the PE's timeout,
 // then ErrTimeout) instead of showing only as latency. Read once per
 // mesh and per sleeping wait: one getenv.
 func NoNap() bool { return os.Getenv("GOSHMEM_TEST_NONAP") == "1" }
