@@ -106,14 +106,14 @@ func (st *stream) applyGetResp(hdr []byte) error {
 		return err
 	}
 	st.r += len(hdr)
-	c := st.l.calls.remove(h.id)
+	c := st.calls.remove(h.id)
 	if c == nil {
 		// A reply to a request whose caller timed out.
 		return st.discard(int(h.n))
 	}
-	if c.kind != typeGet || c.stream != st.idx || (h.status == statusOK && int(h.n) != len(c.dst)) {
-		err := malformed(codeResponse, "GET_RESP %d of %d bytes on stream %d answers a %s of %d bytes on stream %d",
-			h.id, h.n, st.idx, typeName(c.kind), len(c.dst), c.stream)
+	if c.kind != typeGet || (h.status == statusOK && int(h.n) != len(c.dst)) {
+		err := malformed(codeResponse, "GET_RESP %d of %d bytes on stream %d answers a %s of %d bytes",
+			h.id, h.n, st.idx, typeName(c.kind), len(c.dst))
 		c.complete(st.l.violationErr(st.idx, err))
 		return err
 	}
@@ -166,12 +166,12 @@ func (st *stream) applyAtomicResp(hdr []byte) error {
 		return err
 	}
 	st.r += len(hdr)
-	c := st.l.calls.remove(h.id)
+	c := st.calls.remove(h.id)
 	if c == nil {
 		return nil
 	}
-	if c.kind != typeAtomic || c.stream != st.idx || (c.width == 4 && h.old>>32 != 0) {
-		err := malformed(codeResponse, "ATOMIC_RESP %d on stream %d answers a %s on stream %d", h.id, st.idx, typeName(c.kind), c.stream)
+	if c.kind != typeAtomic || (c.width == 4 && h.old>>32 != 0) {
+		err := malformed(codeResponse, "ATOMIC_RESP %d on stream %d answers a %s", h.id, st.idx, typeName(c.kind))
 		c.complete(st.l.violationErr(st.idx, err))
 		return err
 	}
@@ -237,12 +237,12 @@ func (st *stream) applyFlushReply(hdr []byte) error {
 		return err
 	}
 	st.r += len(hdr)
-	c := st.l.calls.remove(id)
+	c := st.calls.remove(id)
 	if c == nil {
 		return nil
 	}
-	if c.kind != typeFlush || c.stream != st.idx {
-		err := malformed(codeResponse, "FLUSH_REPLY %d on stream %d answers a %s on stream %d", id, st.idx, typeName(c.kind), c.stream)
+	if c.kind != typeFlush {
+		err := malformed(codeResponse, "FLUSH_REPLY %d on stream %d answers a %s", id, st.idx, typeName(c.kind))
 		c.complete(st.l.violationErr(st.idx, err))
 		return err
 	}

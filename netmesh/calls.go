@@ -21,18 +21,17 @@ import (
 // Whoever removes a call completes it exactly once, and a pooled call is
 // reused only after its owner saw it completed or removed it itself.
 type call struct {
-	id     uint32
-	stream int     // st.idx
-	st     *stream // the stream the request goes on and the reply comes back on
-	kind   byte    // typeGet, typeAtomic or typeFlush
-	dst    []byte  // GET: the destination, exactly the requested length
-	old    *uint64
-	width  byte
-	nbi    bool // nobody waits: the reader recycles it
-	val    uint64
-	mark   uint64 // the request's number among the frames its stream's Flush covers (q.sent)
-	err    error
-	state  atomic.Uint32 // callPending or callDone; err is set before callDone
+	id    uint32
+	st    *stream // the stream the request goes on and the reply comes back on
+	kind  byte    // typeGet, typeAtomic or typeFlush
+	dst   []byte  // GET: the destination, exactly the requested length
+	old   *uint64
+	width byte
+	nbi   bool // nobody waits: the reader recycles it
+	val   uint64
+	mark  uint64 // the request's number among the frames its stream's Flush covers (q.sent)
+	err   error
+	state atomic.Uint32 // callPending or callDone; err is set before callDone
 
 	// Waiting (lead.go). granted and expired are set under the stream's
 	// rmu; deadline and the queue links are guarded by it.
@@ -97,7 +96,7 @@ func (c *call) complete(err error) {
 }
 
 // on sets the stream c's request goes on.
-func (c *call) on(st *stream) { c.st, c.stream = st, st.idx }
+func (c *call) on(st *stream) { c.st = st }
 
 func (c *call) done() bool { return c.state.Load() == callDone }
 
@@ -131,7 +130,10 @@ func (c *call) block() {
 	}
 }
 
-// callTable holds a link's calls in flight.
+// callTable holds a stream's calls in flight: those whose requests went
+// on it, whose replies come back on it. Each stream has its own, so
+// callers on different streams (a PE's contexts, each on a channel
+// stream of its own) take no common lock.
 type callTable struct {
 	mu   sync.Mutex
 	room sync.Cond // on mu: a call left while the table was full
@@ -200,19 +202,17 @@ func (t *callTable) removeIf(c *call) bool {
 	return ok
 }
 
-// failStream completes every call sent on stream (or on any stream, for
-// stream < 0) with err, and with close set refuses new calls with err.
-func (t *callTable) failStream(stream int, err error, close bool) {
+// failAll completes every call in the table with err, and with close
+// set refuses new calls with err.
+func (t *callTable) failAll(err error, close bool) {
 	t.mu.Lock()
 	if close && t.err == nil {
 		t.err = err
 	}
-	var failed []*call
+	failed := make([]*call, 0, len(t.m))
 	for id, c := range t.m {
-		if stream < 0 || c.stream == stream {
-			delete(t.m, id)
-			failed = append(failed, c)
-		}
+		delete(t.m, id)
+		failed = append(failed, c)
 	}
 	t.room.Broadcast()
 	t.mu.Unlock()

@@ -222,7 +222,7 @@ func (l *Link) chanEnded(st *stream) {
 	if e := l.Err(); e != nil {
 		err = e
 	}
-	l.calls.failStream(st.idx, err, false)
+	st.calls.failAll(err, false)
 	st.q.last(appendGoodbye(nil), time.Now().Add(goodbyeWait))
 	st.q.fail(errChanClosed)
 	st.closeConn()

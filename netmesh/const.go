@@ -20,7 +20,7 @@ const (
 	MaxErrorText = 512
 
 	// MaxOutstanding bounds the requests that expect a reply (GET,
-	// fetching ATOMIC, FLUSH) one side keeps in flight on a link. A
+	// fetching ATOMIC, FLUSH) one side keeps in flight on a stream. A
 	// sender blocks before it would exceed it; a receiver that holds more
 	// unanswered requests from one stream treats it as a violation.
 	MaxOutstanding = 1 << 20

@@ -49,8 +49,8 @@ type qFrame struct {
 // qWorld is one run.
 type qWorld struct {
 	tok      [qStreams]token
-	table    callTable
-	calls    []*call // the GET (nbi), the two FLUSH calls, the other goroutine's blocking GET
+	table    [2]callTable // each stream's
+	calls    []*call      // the GET (nbi), the two FLUSH calls, the other goroutine's blocking GET
 	toPeer   [qStreams][]qFrame
 	toUs     [qStreams][]qFrame // replies on the wire to this side, in order
 	applied  [2]bool            // the peer applied put i
@@ -74,15 +74,16 @@ type qWorld struct {
 
 func newQWorld(mutant string) *qWorld {
 	w := &qWorld{mutant: mutant}
-	w.table.init()
-	get := &call{kind: typeGet, stream: 0, nbi: true, wake: make(chan struct{}, 1)}
-	f0 := &call{kind: typeFlush, stream: 0, wake: make(chan struct{}, 1)}
-	f1 := &call{kind: typeFlush, stream: 1, wake: make(chan struct{}, 1)}
-	bget := &call{kind: typeGet, stream: 0, wake: make(chan struct{}, 1)}
+	w.table[0].init()
+	w.table[1].init()
+	get := &call{kind: typeGet, nbi: true, wake: make(chan struct{}, 1)}
+	f0 := &call{kind: typeFlush, wake: make(chan struct{}, 1)}
+	f1 := &call{kind: typeFlush, wake: make(chan struct{}, 1)}
+	bget := &call{kind: typeGet, wake: make(chan struct{}, 1)}
 	w.calls = []*call{get, f0, f1, bget}
 	w.written = make([]bool, len(w.calls))
 	for _, c := range w.calls {
-		if err := w.table.add(c); err != nil {
+		if err := w.table[w.streamOf(c)].add(c); err != nil {
 			panic(err)
 		}
 	}
@@ -172,7 +173,7 @@ func (w *qWorld) moves() []qMove {
 			f := w.toUs[s][0]
 			add(fmt.Sprintf("stream %d's holder (%v) reads the reply of call %d", s, tk.kind, f.call), func() {
 				w.toUs[s] = w.toUs[s][1:]
-				if c := w.table.remove(w.calls[f.call].id); c != nil {
+				if c := w.table[s].remove(w.calls[f.call].id); c != nil {
 					w.applying[s] = w.idx(c) + 1
 				}
 			})
@@ -191,7 +192,7 @@ func (w *qWorld) moves() []qMove {
 			add(fmt.Sprintf("the watchdog expires call %d", w.idx(c)), func() {
 				w.expired++
 				c.expired.Store(true)
-				w.tok[c.stream].unqueue(c)
+				w.tok[w.streamOf(c)].unqueue(c)
 				c.signal()
 			})
 		}
@@ -219,7 +220,8 @@ func (w *qWorld) moves() []qMove {
 			add("Flush fails the link: every pending call fails, the sockets close", func() {
 				w.failed = true
 				err := fmt.Errorf("explored: no FLUSH_REPLY: %w", errWaitTimeout)
-				w.table.failStream(-1, err, true)
+				w.table[0].failAll(err, true)
+				w.table[1].failAll(err, true)
 			})
 		case w.timedOut && w.mutant != "no-quiesce":
 			quiet := true
@@ -250,10 +252,19 @@ func (w *qWorld) getReturned() {
 	}
 }
 
+// streamOf is the stream call c's request goes on: the second FLUSH
+// (w.calls[2]) on stream 1, the others on stream 0.
+func (w *qWorld) streamOf(c *call) int {
+	if w.idx(c) == 2 {
+		return 1
+	}
+	return 0
+}
+
 // awaitMoves is stream.await's loop for c, one branch per step; next
 // takes what await returns.
 func (w *qWorld) awaitMoves(c *call, add func(string, func()), next func(error)) {
-	s := c.stream
+	s := w.streamOf(c)
 	tk := &w.tok[s]
 	i := w.idx(c)
 	who := "Flush"
@@ -274,7 +285,7 @@ func (w *qWorld) awaitMoves(c *call, add func(string, func()), next func(error))
 	case c.expired.Load():
 		add(fmt.Sprintf("%s sees call %d expired and removes it", who, i), func() {
 			tk.unqueue(c)
-			if w.table.removeIf(c) {
+			if w.table[s].removeIf(c) {
 				next(errWaitTimeout)
 			}
 			// else: a holder took the reply and completes it; c.block()
@@ -370,7 +381,7 @@ func (w *qWorld) key() string {
 		fmt.Fprintf(&b, "] %v %v %d|", w.toPeer[s], w.toUs[s], w.applying[s])
 	}
 	for i, c := range w.calls {
-		_, in := w.table.m[c.id]
+		_, in := w.table[w.streamOf(c)].m[c.id]
 		fmt.Fprintf(&b, "c%d:%v,%v,%v,%v,%v,%v;", i, in, c.done(), c.err != nil, c.expired.Load(), c.granted.Load(), c.queued)
 	}
 	fmt.Fprintf(&b, "%v %v %d %v %v %v %v %v %d %v %v %s", w.applied, w.written, w.flushPC, w.timedOut, w.first != nil,

@@ -102,7 +102,7 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 		case c.expired.Load():
 			st.unqueueLocked(c)
 			st.rmu.Unlock()
-			if st.l.calls.removeIf(c) {
+			if st.calls.removeIf(c) {
 				return errWaitTimeout
 			}
 			// A holder took the reply and is applying it, or the link's

@@ -34,8 +34,6 @@ type Link struct {
 	peerCtx [maxChanStreams]*stream // opened by the peer, by slot; under m.mu
 	nextIdx int                     // the next context stream's index; under m.mu
 
-	calls callTable
-
 	// Striped operations (see order): how many were queued, and how many
 	// of them are known applied (a flush of every link stream that began
 	// after they were queued returned).
@@ -56,9 +54,7 @@ const (
 )
 
 func newLink(m *Mesh, rank int, peerMem uint64) *Link {
-	l := &Link{m: m, rank: rank, peerMem: peerMem, streams: make([]*stream, m.cfg.Streams), nextIdx: m.cfg.Streams}
-	l.calls.init()
-	return l
+	return &Link{m: m, rank: rank, peerMem: peerMem, streams: make([]*stream, m.cfg.Streams), nextIdx: m.cfg.Streams}
 }
 
 // Err returns nil while the link is up; afterwards an error that wraps
@@ -102,7 +98,7 @@ func (l *Link) lostErr(cause error) error {
 func (l *Link) fail(err error, report bool) {
 	first := l.setDown(linkLost, err)
 	err = l.Err()
-	l.calls.failStream(-1, err, true)
+	l.failCalls(err)
 	l.kickAll()
 	m := l.m
 	m.mu.Lock()
@@ -122,6 +118,22 @@ func (l *Link) fail(err error, report bool) {
 	m.logf("%v", err)
 	if report && !closing && m.cfg.OnLost != nil {
 		m.cfg.OnLost(l.rank, err)
+	}
+}
+
+// failCalls completes every call in flight on the link's streams with
+// err and makes their tables refuse new calls. Each stream has a table
+// of its own (a context's channel stream shares no lock with another's);
+// a stream that joins the link after this look is covered by request's
+// check of the link's error, which fail and shutdown store first.
+func (l *Link) failCalls(err error) {
+	l.m.mu.Lock()
+	sts := l.allLocked()
+	l.m.mu.Unlock()
+	for _, st := range sts {
+		if st != nil {
+			st.calls.failAll(err, true)
+		}
 	}
 }
 
@@ -546,16 +558,24 @@ func markFlushed(q *sendQueue, mark uint64) {
 // c's stream, non-blocking ones by the writer goroutine. On an error the
 // call is finished (and recycled) before request returns.
 func (l *Link) request(c *call, enc func([]byte) []byte, blocking bool) error {
-	if err := l.calls.add(c); err != nil {
+	if err := c.st.calls.add(c); err != nil {
 		putCall(c)
 		return l.opErr(err)
 	}
 	q := c.st.q
 	b, err := q.open()
+	if err == nil && l.Err() != nil {
+		// The link went down: its failure refuses calls on the streams
+		// it knew, and one that joined the link after that (a channel
+		// stream opened meanwhile) is caught here, since the link's
+		// error is stored before failCalls looks at the streams.
+		q.mu.Unlock()
+		err = l.Err()
+	}
 	if err != nil {
 		// Nothing was queued, so no reply can come: the call is ours again
 		// unless the link's failure already completed it.
-		if l.calls.removeIf(c) {
+		if c.st.calls.removeIf(c) {
 			putCall(c)
 		} else if !c.nbi {
 			c.block()
@@ -865,7 +885,7 @@ func (l *Link) fence(sts []*stream) error { return l.Err() }
 func (l *Link) shutdown(goodbye bool) {
 	err := fmt.Errorf("netmesh: link from PE %d to PE %d: mesh closed: %w", l.m.cfg.Rank, l.rank, errs.Finalized)
 	l.setDown(linkClosing, err)
-	l.calls.failStream(-1, l.Err(), true)
+	l.failCalls(l.Err())
 	l.kickAll()
 	l.m.mu.Lock()
 	streams := l.allLocked()
@@ -906,6 +926,7 @@ type stream struct {
 	idx     int
 	conn    *net.TCPConn
 	q       *sendQueue
+	calls   callTable     // the calls whose requests went on this stream (their replies come back on it)
 	stop    chan struct{} // closed when the reader ends: stops the writer goroutine
 	gone    chan struct{} // closed when the reader has ended
 	started atomic.Bool
@@ -943,6 +964,7 @@ type stream struct {
 func newStream(l *Link, idx int, c *net.TCPConn) (*stream, error) {
 	st := &stream{l: l, idx: idx, conn: c, stop: make(chan struct{}), gone: make(chan struct{}),
 		buf: make([]byte, readBuf), chanSlot: -1}
+	st.calls.init()
 	q, err := newSendQueue(c, func(err error) {
 		if err != errChanClosed { // a retired channel stream: not a loss
 			l.fail(l.lostErr(err), true)

@@ -257,7 +257,7 @@ func (l *Link) streamEnded(st *stream, err error) {
 		}
 		// The peer sends nothing more on this stream: what is pending on it
 		// will not be answered. Answer its goodbye (unless ours went out).
-		l.calls.failStream(st.idx, l.Err(), true)
+		st.calls.failAll(l.Err(), true)
 		st.q.last(appendGoodbye(nil), time.Now().Add(goodbyeWait))
 	case errors.As(err, &we):
 		// Tell the peer why, then close.
@@ -270,7 +270,7 @@ func (l *Link) streamEnded(st *stream, err error) {
 	default:
 		l.fail(l.lostErr(err), true)
 	}
-	l.calls.failStream(st.idx, l.Err(), false)
+	st.calls.failAll(l.Err(), false)
 	st.q.fail(l.Err())
 	st.closeConn()
 	close(st.stop)

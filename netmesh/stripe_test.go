@@ -171,10 +171,11 @@ func holdLinkStream(t *testing.T, rank, idx int) (held <-chan struct{}, release 
 // flushPending reports whether a FLUSH on stream idx of l waits for its
 // reply.
 func flushPending(l *Link, idx int) bool {
-	l.calls.mu.Lock()
-	defer l.calls.mu.Unlock()
-	for _, c := range l.calls.m {
-		if c.kind == typeFlush && c.stream == idx {
+	t := &l.streams[idx].calls
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.m {
+		if c.kind == typeFlush {
 			return true
 		}
 	}
