@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -78,17 +79,62 @@ func netnsJob(t testing.TB, name string, extra []string, during func(dir string)
 	return code, out.String()
 }
 
+// netnsScenarios are the scenarios TestNetnsScenarios runs across two
+// real hosts, 4 PEs: every scenario the route tests run with each (all
+// of them pass at 4 PEs, whatever counts their own tests use;
+// TestNetnsCoversScenarios keeps the list whole), and routes-tcp. Left
+// out are the scenarios run by eachTimeout and eachWith, which need a
+// short PE timeout or debug options of their own.
+var netnsScenarios = []string{
+	"atomics-contended", "barriers", "block-strided", "context-pipelines", "context-streams", "contexts",
+	"cswap-race", "error-paths", "every-type", "fence-order", "finalize-concurrently", "finalize-wakes-waiters",
+	"float-atomics", "lock-goroutines", "lock-mutex", "lock-state-freed", "many-nbi", "nbi-fetch", "put-signal",
+	"put-signal-nbi", "slices-after-finalize", "slices-and-zero-length", "strided-and-nbi", "strided-bounds",
+	"striped-transfers", "team-contexts", "team-malloc", "team-malloc-errors", "teams", "vector-waits",
+	"wait-collective-misuse", "wait-from-misuse", "waits", "routes-tcp",
+}
+
 // The behavioural scenarios across two real hosts.
 func TestNetnsScenarios(t *testing.T) {
 	netnsAvailable(t)
-	for _, name := range []string{"every-type", "fence-order", "atomics-contended", "cswap-race", "lock-mutex",
-		"waits", "teams", "barriers", "put-signal", "strided-and-nbi", "error-paths", "routes-tcp"} {
+	for _, name := range netnsScenarios {
 		t.Run(name, func(t *testing.T) {
 			code, out := netnsJob(t, name, nil, nil)
 			if code != 0 {
 				t.Fatalf("exit %d:\n%s", code, out)
 			}
 		})
+	}
+}
+
+// Every scenario a route test runs with each is in netnsScenarios: a new
+// one is run across real hosts too, or this fails. (It reads this
+// package's test sources; it needs no namespaces.)
+func TestNetnsCoversScenarios(t *testing.T) {
+	files, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(map[string]bool, len(netnsScenarios))
+	for _, n := range netnsScenarios {
+		in[n] = true
+	}
+	re := regexp.MustCompile(`\beach\(t, "([a-z0-9-]+)"`)
+	found := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllSubmatch(b, -1) {
+			found++
+			if !in[string(m[1])] {
+				t.Errorf("%s runs scenario %q with each, but TestNetnsScenarios does not run it across hosts (netnsScenarios)", f, m[1])
+			}
+		}
+	}
+	if found < 30 {
+		t.Fatalf("found only %d each(t, ...) calls in the test sources: the pattern no longer matches them", found)
 	}
 }
 
@@ -121,10 +167,11 @@ var _ = register("routes-tcp", func(pe *shmem.PE) error {
 func TestNetnsLoss(t *testing.T) {
 	script := netnsAvailable(t)
 	if out, err := exec.Command(script, "loss", "g2", "5").CombinedOutput(); err != nil {
-		t.Skipf("cannot add loss rules (nftables missing?): %v %s", err, out)
+		t.Fatalf("cannot add loss rules (.ci/run installs nftables): %v %s", err, out)
 	}
 	defer exec.Command(script, "heal", "g2").Run()
-	for _, name := range []string{"every-type", "put-signal", "cswap-race", "lock-mutex"} {
+	for _, name := range []string{"every-type", "put-signal", "cswap-race", "lock-mutex", "lock-goroutines",
+		"waits", "barriers", "contexts", "many-nbi", "teams", "striped-transfers"} {
 		start := time.Now()
 		code, out := netnsJob(t, name, nil, nil)
 		if code != 0 {
