@@ -46,25 +46,19 @@ const (
 	typeError      = 0x0B
 )
 
-// Header lengths in bytes, including the version and type bytes. Payload
-// bytes (PUT, PUT_SIGNAL, GET_RESP, ERROR text) follow the header.
+// prefixLen is the length of the prefix every frame starts with: the
+// version and type bytes. Each frame type's field offsets and header
+// length (putHdrLen ... errorHdrLen, and maxHdrLen, the longest) are
+// derived from it in the frame_*.go files, next to the byte tables that
+// define them. Payload bytes (PUT, PUT_SIGNAL, GET_RESP, ERROR text)
+// follow the header.
+const prefixLen = 2
+
+// Header field values.
 const (
-	prefixLen        = 2
-	putHdrLen        = 14
-	getHdrLen        = 18
-	getRespHdrLen    = 12
-	atomicHdrLen     = 32
-	atomicRespHdrLen = 16
-	putSignalHdrLen  = 32
-	flushHdrLen      = 8
-	flushReplyHdrLen = 8
-	heartbeatHdrLen  = 2
-	goodbyeHdrLen    = 2
-	errorHdrLen      = 6
-	maxHdrLen        = 32
-	signalSet        = 0x01 // PUT_SIGNAL: store the signal word
-	signalAdd        = 0x02 // PUT_SIGNAL: add to the signal word
-	statusOK         = 0x00 // GET_RESP / ATOMIC_RESP: the request was applied
+	signalSet = 0x01 // PUT_SIGNAL: store the signal word
+	signalAdd = 0x02 // PUT_SIGNAL: add to the signal word
+	statusOK  = 0x00 // GET_RESP / ATOMIC_RESP: the request was applied
 )
 
 // Codes of an ERROR frame: why the sender is closing the link.

@@ -24,8 +24,34 @@ import (
 // parseX decodes a header from bytes. Parsing only checks that the bytes
 // are well-formed; judging whether offsets and lengths fit this PE's
 // segment is validate.go's job.
+//
+// Each file defines its frames' field offsets as constants right after
+// their byte tables: each offset is the one before it plus that field's
+// width, starting at prefixLen, and the header length (xHdrLen) is the
+// last offset plus its width. Encoders and parsers use only those names.
+
+// The prefix, field by field.
+const (
+	versionAt = 0             // Version, 1 byte
+	typeAt    = versionAt + 1 // frame type, 1 byte
+)
+
+// Ensure prefixLen (const.go) is the prefix's length: a negative constant
+// converted to uint does not compile.
+const _ = uint(prefixLen-(typeAt+1)) + uint(typeAt+1-prefixLen)
+
+// maxHdrLen is the longest header of any frame type.
+const maxHdrLen = max(putHdrLen, getHdrLen, getRespHdrLen, atomicHdrLen, atomicRespHdrLen,
+	putSignalHdrLen, flushHdrLen, flushReplyHdrLen, heartbeatHdrLen, goodbyeHdrLen, errorHdrLen)
 
 var le = binary.LittleEndian
+
+// appendFramePrefix appends the prefix of a frame of type t.
+func appendFramePrefix(b []byte, t byte) []byte {
+	var h [prefixLen]byte
+	h[versionAt], h[typeAt] = Version, t
+	return append(b, h[:]...)
+}
 
 // hdrLen returns the header length of frame type t, or 0 for an unknown
 // type.
@@ -123,14 +149,15 @@ func parsePrefix(b []byte) (t byte, n int, err error) {
 	if len(b) < prefixLen {
 		return 0, 0, malformed(codeMalformed, "frame of %d bytes, shorter than its %d-byte prefix", len(b), prefixLen)
 	}
-	if b[0] != Version {
-		return 0, 0, malformed(codeVersion, "frame of protocol version %d, want %d", b[0], Version)
+	if b[versionAt] != Version {
+		return 0, 0, malformed(codeVersion, "frame of protocol version %d, want %d", b[versionAt], Version)
 	}
-	n = hdrLen(b[1])
+	t = b[typeAt]
+	n = hdrLen(t)
 	if n == 0 {
-		return 0, 0, malformed(codeType, "unknown frame type 0x%02x", b[1])
+		return 0, 0, malformed(codeType, "unknown frame type 0x%02x", t)
 	}
-	return b[1], n, nil
+	return t, n, nil
 }
 
 // checkHeader verifies that b holds at least the n-byte header of type t
@@ -139,11 +166,11 @@ func checkHeader(b []byte, t byte, n int, zero ...int) error {
 	if len(b) < n {
 		return malformed(codeMalformed, "%s header of %d bytes, want %d", typeName(t), len(b), n)
 	}
-	if b[0] != Version {
-		return malformed(codeVersion, "frame of protocol version %d, want %d", b[0], Version)
+	if b[versionAt] != Version {
+		return malformed(codeVersion, "frame of protocol version %d, want %d", b[versionAt], Version)
 	}
-	if b[1] != t {
-		return malformed(codeType, "%s parsed as %s", typeName(b[1]), typeName(t))
+	if b[typeAt] != t {
+		return malformed(codeType, "%s parsed as %s", typeName(b[typeAt]), typeName(t))
 	}
 	for _, at := range zero {
 		if b[at] != 0 {

@@ -27,6 +27,27 @@ import "fmt"
 //	8       8      LE uint64   Old: the word before the op (zero-extended at Width 4;
 //	                           0 for set)
 
+// The ATOMIC header, field by field: each offset is the one before it
+// plus that field's width.
+const (
+	atomicOpAt    = prefixLen         // Op, 1 byte
+	atomicWidthAt = atomicOpAt + 1    // Width, 1 byte
+	atomicIDAt    = atomicWidthAt + 1 // ID, 4 bytes
+	atomicOffAt   = atomicIDAt + 4    // Off, 8 bytes
+	atomicVAt     = atomicOffAt + 8   // V, 8 bytes
+	atomicCondAt  = atomicVAt + 8     // Cond, 8 bytes
+	atomicHdrLen  = atomicCondAt + 8
+)
+
+// The ATOMIC_RESP header, field by field.
+const (
+	atomicRespStatusAt   = prefixLen                // status, 1 byte
+	atomicRespReservedAt = atomicRespStatusAt + 1   // reserved, 1 byte
+	atomicRespIDAt       = atomicRespReservedAt + 1 // ID, 4 bytes
+	atomicRespOldAt      = atomicRespIDAt + 4       // Old, 8 bytes
+	atomicRespHdrLen     = atomicRespOldAt + 8
+)
+
 // AtomicOp is an ATOMIC frame's operation (its Op byte). The values are
 // the wire's, pinned by TestConst.
 type AtomicOp uint8
@@ -91,11 +112,14 @@ type atomicHdr struct {
 
 // appendAtomic appends an ATOMIC request.
 func appendAtomic(b []byte, id uint32, op, width byte, off, v, cond uint64) []byte {
-	b = append(b, Version, typeAtomic, op, width)
-	b = le.AppendUint32(b, id)
-	b = le.AppendUint64(b, off)
-	b = le.AppendUint64(b, v)
-	return le.AppendUint64(b, cond)
+	var h [atomicHdrLen]byte
+	h[versionAt], h[typeAt] = Version, typeAtomic
+	h[atomicOpAt], h[atomicWidthAt] = op, width
+	le.PutUint32(h[atomicIDAt:], id)
+	le.PutUint64(h[atomicOffAt:], off)
+	le.PutUint64(h[atomicVAt:], v)
+	le.PutUint64(h[atomicCondAt:], cond)
+	return append(b, h[:]...)
 }
 
 // atomicLen is the length of an ATOMIC frame.
@@ -108,12 +132,12 @@ func parseAtomic(b []byte) (atomicHdr, error) {
 		return atomicHdr{}, err
 	}
 	return atomicHdr{
-		op:    AtomicOp(b[2]),
-		width: b[3],
-		id:    le.Uint32(b[4:8]),
-		off:   le.Uint64(b[8:16]),
-		v:     le.Uint64(b[16:24]),
-		cond:  le.Uint64(b[24:32]),
+		op:    AtomicOp(b[atomicOpAt]),
+		width: b[atomicWidthAt],
+		id:    le.Uint32(b[atomicIDAt:]),
+		off:   le.Uint64(b[atomicOffAt:]),
+		v:     le.Uint64(b[atomicVAt:]),
+		cond:  le.Uint64(b[atomicCondAt:]),
 	}, nil
 }
 
@@ -125,9 +149,12 @@ type atomicRespHdr struct {
 
 // appendAtomicResp appends an ATOMIC_RESP.
 func appendAtomicResp(b []byte, id uint32, status byte, old uint64) []byte {
-	b = append(b, Version, typeAtomicResp, status, 0)
-	b = le.AppendUint32(b, id)
-	return le.AppendUint64(b, old)
+	var h [atomicRespHdrLen]byte // the reserved byte stays 0
+	h[versionAt], h[typeAt] = Version, typeAtomicResp
+	h[atomicRespStatusAt] = status
+	le.PutUint32(h[atomicRespIDAt:], id)
+	le.PutUint64(h[atomicRespOldAt:], old)
+	return append(b, h[:]...)
 }
 
 // atomicRespLen is the length of an ATOMIC_RESP frame.
@@ -135,10 +162,10 @@ func atomicRespLen() int { return atomicRespHdrLen }
 
 // parseAtomicResp decodes an ATOMIC_RESP from the start of b.
 func parseAtomicResp(b []byte) (atomicRespHdr, error) {
-	if err := checkHeader(b, typeAtomicResp, atomicRespHdrLen, 3); err != nil {
+	if err := checkHeader(b, typeAtomicResp, atomicRespHdrLen, atomicRespReservedAt); err != nil {
 		return atomicRespHdr{}, err
 	}
-	h := atomicRespHdr{status: b[2], id: le.Uint32(b[4:8]), old: le.Uint64(b[8:16])}
+	h := atomicRespHdr{status: b[atomicRespStatusAt], id: le.Uint32(b[atomicRespIDAt:]), old: le.Uint64(b[atomicRespOldAt:])}
 	if h.id == 0 {
 		return atomicRespHdr{}, malformed(codeMalformed, "ATOMIC_RESP with id 0")
 	}

@@ -29,10 +29,31 @@ package netmesh
 //	4       2      LE uint16   N: text bytes, N <= MaxErrorText
 //	6       N      -           text: UTF-8, for logs only
 
+// The FLUSH and FLUSH_REPLY header, field by field: each offset is the one
+// before it plus that field's width.
+const (
+	flushReservedAt  = prefixLen           // reserved, 2 bytes
+	flushIDAt        = flushReservedAt + 2 // ID, 4 bytes
+	flushHdrLen      = flushIDAt + 4
+	flushReplyHdrLen = flushHdrLen // the same layout
+)
+
+// HEARTBEAT and GOODBYE: the prefix alone.
+const (
+	heartbeatHdrLen = prefixLen
+	goodbyeHdrLen   = prefixLen
+)
+
+// The ERROR header, field by field.
+const (
+	errorCodeAt = prefixLen       // code, 2 bytes
+	errorLenAt  = errorCodeAt + 2 // N, 2 bytes
+	errorHdrLen = errorLenAt + 2
+)
+
 // appendFlush appends a FLUSH request.
 func appendFlush(b []byte, id uint32) []byte {
-	b = append(b, Version, typeFlush, 0, 0)
-	return le.AppendUint32(b, id)
+	return appendFlushID(b, typeFlush, id)
 }
 
 // flushLen is the length of a FLUSH frame.
@@ -43,8 +64,7 @@ func parseFlush(b []byte) (uint32, error) { return parseFlushID(b, typeFlush) }
 
 // appendFlushReply appends a FLUSH_REPLY.
 func appendFlushReply(b []byte, id uint32) []byte {
-	b = append(b, Version, typeFlushReply, 0, 0)
-	return le.AppendUint32(b, id)
+	return appendFlushID(b, typeFlushReply, id)
 }
 
 // flushReplyLen is the length of a FLUSH_REPLY frame.
@@ -53,11 +73,19 @@ func flushReplyLen() int { return flushReplyHdrLen }
 // parseFlushReply decodes a FLUSH_REPLY from the start of b.
 func parseFlushReply(b []byte) (uint32, error) { return parseFlushID(b, typeFlushReply) }
 
+// appendFlushID appends a FLUSH or FLUSH_REPLY (t) with id.
+func appendFlushID(b []byte, t byte, id uint32) []byte {
+	var h [flushHdrLen]byte // the reserved bytes stay 0
+	h[versionAt], h[typeAt] = Version, t
+	le.PutUint32(h[flushIDAt:], id)
+	return append(b, h[:]...)
+}
+
 func parseFlushID(b []byte, t byte) (uint32, error) {
-	if err := checkHeader(b, t, flushHdrLen, 2, 3); err != nil {
+	if err := checkHeader(b, t, flushHdrLen, flushReservedAt, flushReservedAt+1); err != nil {
 		return 0, err
 	}
-	id := le.Uint32(b[4:8])
+	id := le.Uint32(b[flushIDAt:])
 	if id == 0 {
 		return 0, malformed(codeMalformed, "%s with id 0", typeName(t))
 	}
@@ -65,7 +93,7 @@ func parseFlushID(b []byte, t byte) (uint32, error) {
 }
 
 // appendHeartbeat appends a HEARTBEAT.
-func appendHeartbeat(b []byte) []byte { return append(b, Version, typeHeartbeat) }
+func appendHeartbeat(b []byte) []byte { return appendFramePrefix(b, typeHeartbeat) }
 
 // heartbeatLen is the length of a HEARTBEAT frame.
 func heartbeatLen() int { return heartbeatHdrLen }
@@ -74,7 +102,7 @@ func heartbeatLen() int { return heartbeatHdrLen }
 func parseHeartbeat(b []byte) error { return checkHeader(b, typeHeartbeat, heartbeatHdrLen) }
 
 // appendGoodbye appends a GOODBYE.
-func appendGoodbye(b []byte) []byte { return append(b, Version, typeGoodbye) }
+func appendGoodbye(b []byte) []byte { return appendFramePrefix(b, typeGoodbye) }
 
 // goodbyeLen is the length of a GOODBYE frame.
 func goodbyeLen() int { return goodbyeHdrLen }
@@ -82,15 +110,14 @@ func goodbyeLen() int { return goodbyeHdrLen }
 // parseGoodbye checks a GOODBYE at the start of b.
 func parseGoodbye(b []byte) error { return checkHeader(b, typeGoodbye, goodbyeHdrLen) }
 
-// errorLenAt is the offset of the text length in an ERROR header.
-const errorLenAt = 4
-
 // appendError appends an ERROR frame; text is cut to MaxErrorText bytes.
 func appendError(b []byte, code uint16, text string) []byte {
 	text = text[:min(len(text), MaxErrorText)]
-	b = append(b, Version, typeError)
-	b = le.AppendUint16(b, code)
-	b = le.AppendUint16(b, uint16(len(text)))
+	var h [errorHdrLen]byte
+	h[versionAt], h[typeAt] = Version, typeError
+	le.PutUint16(h[errorCodeAt:], code)
+	le.PutUint16(h[errorLenAt:], uint16(len(text)))
+	b = append(b, h[:]...)
 	return append(b, text...)
 }
 
@@ -103,7 +130,7 @@ func parseError(b []byte) (code uint16, n int, err error) {
 	if err := checkHeader(b, typeError, errorHdrLen); err != nil {
 		return 0, 0, err
 	}
-	code, n = le.Uint16(b[2:4]), int(le.Uint16(b[errorLenAt:]))
+	code, n = le.Uint16(b[errorCodeAt:]), int(le.Uint16(b[errorLenAt:]))
 	if n > MaxErrorText {
 		return 0, 0, malformed(codeLength, "ERROR text of %d bytes: past %d", n, MaxErrorText)
 	}

@@ -27,6 +27,24 @@ package netmesh
 // read after them. The requester reads the payload from the socket
 // straight into the caller's destination.
 
+// The GET header, field by field: each offset is the one before it plus
+// that field's width.
+const (
+	getIDAt   = prefixLen    // ID, 4 bytes
+	getLenAt  = getIDAt + 4  // Len, 4 bytes
+	getOffAt  = getLenAt + 4 // Off, 8 bytes
+	getHdrLen = getOffAt + 8
+)
+
+// The GET_RESP header, field by field.
+const (
+	getRespStatusAt   = prefixLen             // status, 1 byte
+	getRespReservedAt = getRespStatusAt + 1   // reserved, 1 byte
+	getRespIDAt       = getRespReservedAt + 1 // ID, 4 bytes
+	getRespLenAt      = getRespIDAt + 4       // Len, 4 bytes
+	getRespHdrLen     = getRespLenAt + 4
+)
+
 type getHdr struct {
 	id  uint32
 	n   uint32
@@ -35,10 +53,12 @@ type getHdr struct {
 
 // appendGet appends a GET request.
 func appendGet(b []byte, id uint32, off uint64, n uint32) []byte {
-	b = append(b, Version, typeGet)
-	b = le.AppendUint32(b, id)
-	b = le.AppendUint32(b, n)
-	return le.AppendUint64(b, off)
+	var h [getHdrLen]byte
+	h[versionAt], h[typeAt] = Version, typeGet
+	le.PutUint32(h[getIDAt:], id)
+	le.PutUint32(h[getLenAt:], n)
+	le.PutUint64(h[getOffAt:], off)
+	return append(b, h[:]...)
 }
 
 // getLen is the length of a GET frame.
@@ -49,7 +69,7 @@ func parseGet(b []byte) (getHdr, error) {
 	if err := checkHeader(b, typeGet, getHdrLen); err != nil {
 		return getHdr{}, err
 	}
-	h := getHdr{id: le.Uint32(b[2:6]), n: le.Uint32(b[6:10]), off: le.Uint64(b[10:18])}
+	h := getHdr{id: le.Uint32(b[getIDAt:]), n: le.Uint32(b[getLenAt:]), off: le.Uint64(b[getOffAt:])}
 	switch {
 	case h.id == 0:
 		return getHdr{}, malformed(codeMalformed, "GET with id 0")
@@ -65,14 +85,14 @@ type getRespHdr struct {
 	n      uint32
 }
 
-// getRespLenAt is the offset of Len in a GET_RESP header.
-const getRespLenAt = 8
-
 // appendGetResp appends a GET_RESP header for n payload bytes.
 func appendGetResp(b []byte, id uint32, status byte, n uint32) []byte {
-	b = append(b, Version, typeGetResp, status, 0)
-	b = le.AppendUint32(b, id)
-	return le.AppendUint32(b, n)
+	var h [getRespHdrLen]byte // the reserved byte stays 0
+	h[versionAt], h[typeAt] = Version, typeGetResp
+	h[getRespStatusAt] = status
+	le.PutUint32(h[getRespIDAt:], id)
+	le.PutUint32(h[getRespLenAt:], n)
+	return append(b, h[:]...)
 }
 
 // getRespLen is the length of a GET_RESP frame with n payload bytes.
@@ -80,10 +100,10 @@ func getRespLen(n int) int { return getRespHdrLen + n }
 
 // parseGetResp decodes a GET_RESP header from the start of b.
 func parseGetResp(b []byte) (getRespHdr, error) {
-	if err := checkHeader(b, typeGetResp, getRespHdrLen, 3); err != nil {
+	if err := checkHeader(b, typeGetResp, getRespHdrLen, getRespReservedAt); err != nil {
 		return getRespHdr{}, err
 	}
-	h := getRespHdr{status: b[2], id: le.Uint32(b[4:8]), n: le.Uint32(b[getRespLenAt:])}
+	h := getRespHdr{status: b[getRespStatusAt], id: le.Uint32(b[getRespIDAt:]), n: le.Uint32(b[getRespLenAt:])}
 	switch {
 	case h.id == 0:
 		return getRespHdr{}, malformed(codeMalformed, "GET_RESP with id 0")

@@ -13,8 +13,13 @@ package netmesh
 // The receiver checks Off+Len <= len(segment) before it reads a payload
 // byte, then reads the payload from the socket straight into the segment.
 
-// putLenAt is the offset of Len in the header.
-const putLenAt = 2
+// The PUT header, field by field: each offset is the one before it plus
+// that field's width.
+const (
+	putLenAt  = prefixLen    // Len, 4 bytes
+	putOffAt  = putLenAt + 4 // Off, 8 bytes
+	putHdrLen = putOffAt + 8
+)
 
 type putHdr struct {
 	off uint64
@@ -23,9 +28,11 @@ type putHdr struct {
 
 // appendPut appends a PUT header for n payload bytes at off.
 func appendPut(b []byte, off uint64, n uint32) []byte {
-	b = append(b, Version, typePut)
-	b = le.AppendUint32(b, n)
-	return le.AppendUint64(b, off)
+	var h [putHdrLen]byte
+	h[versionAt], h[typeAt] = Version, typePut
+	le.PutUint32(h[putLenAt:], n)
+	le.PutUint64(h[putOffAt:], off)
+	return append(b, h[:]...)
 }
 
 // putLen is the length of a PUT frame with n payload bytes.
@@ -36,7 +43,7 @@ func parsePut(b []byte) (putHdr, error) {
 	if err := checkHeader(b, typePut, putHdrLen); err != nil {
 		return putHdr{}, err
 	}
-	h := putHdr{n: le.Uint32(b[putLenAt:]), off: le.Uint64(b[6:14])}
+	h := putHdr{n: le.Uint32(b[putLenAt:]), off: le.Uint64(b[putOffAt:])}
 	if h.n == 0 || h.n > MaxPayload {
 		return putHdr{}, malformed(codeLength, "PUT of %d bytes: want 1..%d", h.n, MaxPayload)
 	}

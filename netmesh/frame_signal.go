@@ -16,6 +16,18 @@ package netmesh
 //	24      8      LE uint64   SigV
 //	32      Len    -           payload
 
+// The PUT_SIGNAL header, field by field: each offset is the one before it
+// plus that field's width.
+const (
+	putSignalOpAt       = prefixLen               // signal op, 1 byte
+	putSignalReservedAt = putSignalOpAt + 1       // reserved, 1 byte
+	putSignalLenAt      = putSignalReservedAt + 1 // Len, 4 bytes
+	putSignalOffAt      = putSignalLenAt + 4      // Off, 8 bytes
+	putSignalSigOffAt   = putSignalOffAt + 8      // SigOff, 8 bytes
+	putSignalSigVAt     = putSignalSigOffAt + 8   // SigV, 8 bytes
+	putSignalHdrLen     = putSignalSigVAt + 8
+)
+
 type putSignalHdr struct {
 	off    uint64
 	n      uint32
@@ -24,16 +36,16 @@ type putSignalHdr struct {
 	sigV   uint64
 }
 
-// putSignalLenAt is the offset of Len in the header.
-const putSignalLenAt = 4
-
 // appendPutSignal appends a PUT_SIGNAL header for n payload bytes.
 func appendPutSignal(b []byte, off uint64, n uint32, sigOff uint64, sigOp byte, sigV uint64) []byte {
-	b = append(b, Version, typePutSignal, sigOp, 0)
-	b = le.AppendUint32(b, n)
-	b = le.AppendUint64(b, off)
-	b = le.AppendUint64(b, sigOff)
-	return le.AppendUint64(b, sigV)
+	var h [putSignalHdrLen]byte // the reserved byte stays 0
+	h[versionAt], h[typeAt] = Version, typePutSignal
+	h[putSignalOpAt] = sigOp
+	le.PutUint32(h[putSignalLenAt:], n)
+	le.PutUint64(h[putSignalOffAt:], off)
+	le.PutUint64(h[putSignalSigOffAt:], sigOff)
+	le.PutUint64(h[putSignalSigVAt:], sigV)
+	return append(b, h[:]...)
 }
 
 // putSignalLen is the length of a PUT_SIGNAL frame with n payload bytes.
@@ -41,15 +53,15 @@ func putSignalLen(n int) int { return putSignalHdrLen + n }
 
 // parsePutSignal decodes a PUT_SIGNAL header from the start of b.
 func parsePutSignal(b []byte) (putSignalHdr, error) {
-	if err := checkHeader(b, typePutSignal, putSignalHdrLen, 3); err != nil {
+	if err := checkHeader(b, typePutSignal, putSignalHdrLen, putSignalReservedAt); err != nil {
 		return putSignalHdr{}, err
 	}
 	h := putSignalHdr{
-		sigOp:  b[2],
+		sigOp:  b[putSignalOpAt],
 		n:      le.Uint32(b[putSignalLenAt:]),
-		off:    le.Uint64(b[8:16]),
-		sigOff: le.Uint64(b[16:24]),
-		sigV:   le.Uint64(b[24:32]),
+		off:    le.Uint64(b[putSignalOffAt:]),
+		sigOff: le.Uint64(b[putSignalSigOffAt:]),
+		sigV:   le.Uint64(b[putSignalSigVAt:]),
 	}
 	switch {
 	case h.sigOp != signalSet && h.sigOp != signalAdd:
