@@ -74,16 +74,14 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 	start := mono()
 	c.deadline = start + int64(timeout)
 	for {
-		switch {
-		case st.tok.holder == c:
-			// Handed the token, or took it below: lead unless there is
-			// no need any more.
-			if c.done() || c.expired.Load() || st.tok.ended {
-				if st.lingerLocked() {
-					st.l.m.lingerArm()
-				}
-				continue
+		switch awaitStep(st.tok.holder == c, c.done(), c.expired.Load(), st.tok.ended, st.tok.free()) {
+		case awaitRelease:
+			// Handed the token, or took it below, with no need to lead
+			// any more.
+			if st.lingerLocked() {
+				st.l.m.lingerArm()
 			}
+		case awaitLead:
 			c.granted.Store(false)
 			st.rmu.Unlock()
 			err := st.serve(c, nil)
@@ -91,7 +89,7 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 			if err != errYield {
 				st.endLocked(err)
 			}
-		case c.done():
+		case awaitDone:
 			st.unqueueLocked(c)
 			st.rmu.Unlock()
 			if c.way != wayNone && !c.followed && c.err == nil && c.small() {
@@ -99,7 +97,7 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 				costs.record(c.way == wayPolled, c.explore, now-start, now)
 			}
 			return c.err
-		case c.expired.Load():
+		case awaitExpired:
 			st.unqueueLocked(c)
 			st.rmu.Unlock()
 			if st.calls.removeIf(c) {
@@ -109,9 +107,9 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 			// failure path completes it: either way it completes.
 			c.block()
 			return c.err
-		case st.tok.free():
+		case awaitTake:
 			st.takeLocked(heldCaller, c)
-		default:
+		case awaitFollow:
 			// Not the holder, so a granted flag is stale: the token was
 			// handed to c and then lost to the stream's end (endLocked from
 			// the reader goroutine whose set failed) before c woke. Left
@@ -135,6 +133,39 @@ func (st *stream) await(c *call, timeout time.Duration) error {
 			st.rmu.Lock()
 		}
 	}
+}
+
+// What a blocked caller does next on one pass of await.
+type awaitAction uint8
+
+const (
+	awaitRelease awaitAction = iota // it holds the token but needs it no more: release (or linger) it
+	awaitLead                       // it holds the token and waits for its reply: read the stream
+	awaitDone                       // its call completed: return its result
+	awaitExpired                    // its deadline passed: take the call back, or wait for its completion
+	awaitTake                       // the token is free: take it
+	awaitFollow                     // another holds the token: queue and sleep until woken
+)
+
+// awaitStep is await's decision, a pure function of what the caller sees
+// under the stream's lock: whether it holds the token, whether its call
+// is done or expired, whether the stream ended, whether the token is
+// free. TestTokenMessages' model of a caller takes its decisions here
+// too, so the model and await cannot drift apart.
+func awaitStep(holder, done, expired, ended, free bool) awaitAction {
+	switch {
+	case holder && (done || expired || ended):
+		return awaitRelease
+	case holder:
+		return awaitLead
+	case done:
+		return awaitDone
+	case expired:
+		return awaitExpired
+	case free:
+		return awaitTake
+	}
+	return awaitFollow
 }
 
 // woken reports whether a follower has something to do.

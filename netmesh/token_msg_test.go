@@ -182,25 +182,24 @@ func (m *msgModel) await(i int) {
 		if n > 8 {
 			m.fail("caller %d loops in await without sleeping (granted %v, queued %v, kind %v, ended %v)", i, mc.granted, c.queued, m.tk.kind, m.tk.ended)
 		}
-		switch {
-		case m.tk.holder == c:
-			if mc.done || mc.expired || m.tk.ended {
-				m.releaseBy("caller "+strconv.Itoa(i), true, false)
-				continue
-			}
+		switch awaitStep(m.tk.holder == c, mc.done, mc.expired, m.tk.ended, m.tk.free()) {
+		case awaitRelease:
+			m.releaseBy("caller "+strconv.Itoa(i), true, false)
+			continue
+		case awaitLead:
 			mc.granted, mc.leads = false, true
 			m.took()
 			m.step("caller %d leads", i)
 			return
-		case mc.done, mc.expired:
+		case awaitDone, awaitExpired:
 			m.tk.unqueue(c)
 			mc.active = false
 			m.step("caller %d returns (done %v, expired %v)", i, mc.done, mc.expired)
 			return
-		case m.tk.free():
+		case awaitTake:
 			m.tk.take(heldCaller, c)
 			m.step("caller %d takes the free token", i)
-		default:
+		case awaitFollow:
 			// lead.go clears a granted flag left from a token that was
 			// granted and then lost to the stream's end; without that
 			// the caller loops here (the check above).
