@@ -407,8 +407,11 @@ func (l *Link) PutSignal(off uint64, src []byte, sigOff uint64, add bool, v uint
 }
 
 // PutSignalNBI is PutSignal without waiting: src must not change until
-// the next Flush returns, and the frames leave with the link's writer
-// goroutine or the next write on stream 0.
+// the next Flush returns. A small one (up to 2 KiB of data, copied) is
+// corked as a small Put or PutNBI is: it leaves with the next frame
+// written on stream 0, a wait's Push, or within corkDelay (writer.go);
+// a larger one leaves with the link's writer goroutine or the next write
+// on stream 0.
 func (l *Link) PutSignalNBI(off uint64, src []byte, sigOff uint64, add bool, v uint64) error {
 	return l.putSignal(l.streams, off, src, sigOff, add, v, false)
 }
@@ -458,6 +461,11 @@ func (l *Link) putSignal(sts []*stream, off uint64, src []byte, sigOff uint64, a
 	}
 	q.sent.Add(1)
 	if !blocking {
+		if !ext {
+			// Copied whole: corked, as a small PutNBI (the window's frames
+			// leave with its Quiet's FLUSH, waking no writer goroutine).
+			return l.opErr(q.commit(sendSoon, false))
+		}
 		return l.opErr(q.commit(sendLater, false))
 	}
 	return l.opErr(q.commit(sendNow, ext))

@@ -1,6 +1,7 @@
 package netmesh
 
 import (
+	"encoding/binary"
 	"testing"
 	"time"
 )
@@ -168,5 +169,55 @@ func TestPutNBICork(t *testing.T) {
 	p.sync()
 	if string(p.mem[600:616]) != "ABCDEFGHabcdefgh" {
 		t.Fatalf("segment %q", p.mem[600:616])
+	}
+}
+
+// Small PutSignalNBIs are corked as small PutNBIs are: a window of them
+// and its Flush leave in one write, each data before its signal; one of
+// more than copyMax bytes is not corked.
+func TestPutSignalNBICork(t *testing.T) {
+	pes := newJob(t, 2, 1<<16, "127.0.0.1", func(c *Config) { c.Heartbeat = time.Hour })
+	l := link(t, pes, 0, 1)
+	q := l.streams[0].q
+	batches, setCork := corkControls(q)
+	p := pes[1]
+	setCork(time.Hour)
+	before := batches()
+	for i := range 64 {
+		if err := l.PutSignalNBI(uint64(8*i), []byte{byte(i), 1, 2, 3, 4, 5, 6, 7}, 4096, true, 1); err != nil {
+			t.Fatal(err)
+		}
+		if !q.waiting.Load() {
+			t.Fatalf("PutSignalNBI %d was not corked", i)
+		}
+	}
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := batches() - before; n != 1 {
+		t.Errorf("64 PutSignalNBIs + Flush took %d writes, want 1", n)
+	}
+	p.sync()
+	for i := range 64 {
+		if p.mem[8*i] != byte(i) || p.mem[8*i+7] != 7 {
+			t.Fatalf("PutSignalNBI %d: segment bytes %v", i, p.mem[8*i:8*i+8])
+		}
+	}
+	if s := binary.LittleEndian.Uint64(p.mem[4096:]); s != 64 {
+		t.Fatalf("signal %d after 64 adds of 1", s)
+	}
+	big := make([]byte, copyMax+1)
+	if err := l.PutSignalNBI(1024, big, 4104, false, 9); err != nil {
+		t.Fatal(err)
+	}
+	if q.waiting.Load() {
+		t.Error("a PutSignalNBI of copyMax+1 bytes was corked")
+	}
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	p.sync()
+	if s := binary.LittleEndian.Uint64(p.mem[4104:]); s != 9 {
+		t.Fatalf("signal %d after a set to 9", s)
 	}
 }
