@@ -146,7 +146,12 @@ type figure struct {
 	run    measureFn
 	// agg: the figure is the whole job's: operations and bytes summed
 	// over PEs, time the longest PE's. Otherwise it is PE 0's sample.
-	agg   bool
+	agg bool
+	// warm is the least number of untimed iterations of run before its
+	// repetitions when -warmup is not given (0: time alone decides; see
+	// calibrate). A suite whose steady state needs more than a few
+	// milliseconds of warm-up says so here.
+	warm  int
 	limit limit
 	// extra are further limits, measured like limit (calibrated, then in
 	// alternation: figure, limit, extra..., figure, ...) and reported
@@ -221,9 +226,10 @@ func (b *B) rep(fn measureFn, n int, agg bool) (sample, error) {
 
 // calibrate warms fn up and picks its iterations per repetition: the
 // configured -warmup and -iters when set, else a warm-up of about
-// RepTime/4 and as many iterations as fill RepTime (1 to maxAutoIters).
-// PE 0 decides; every PE gets the same answer.
-func (b *B) calibrate(fn measureFn, agg bool) (int, error) {
+// RepTime/4, and of at least warm iterations, and as many iterations as
+// fill RepTime (1 to maxAutoIters). PE 0 decides; every PE gets the
+// same answer.
+func (b *B) calibrate(fn measureFn, agg bool, warm int) (int, error) {
 	target := float64(b.cfg.RepTime.Nanoseconds())
 	var perIter float64
 	if b.cfg.Warmup > 0 {
@@ -234,16 +240,20 @@ func (b *B) calibrate(fn measureFn, agg bool) (int, error) {
 		perIter = s.elapsed() / float64(b.cfg.Warmup)
 	} else {
 		// Grow the warm-up geometrically until it has lasted RepTime/4.
-		k, spent := 1, 0.0
+		k, spent, done := 1, 0.0, 0
 		for k > 0 {
 			s, err := b.rep(fn, k, agg)
 			if err != nil {
 				return 0, err
 			}
 			spent += s.elapsed()
+			done += k
 			perIter = s.elapsed() / float64(k)
 			next := int64(0)
-			if spent < target/4 && k < maxAutoIters {
+			switch {
+			case done < warm:
+				next = int64(min(max(k*4, 1), warm-done))
+			case spent < target/4 && k < maxAutoIters:
 				next = int64(min(k*4, maxAutoIters))
 			}
 			nk, err := b.bcast(next)
@@ -264,18 +274,18 @@ func (b *B) calibrate(fn measureFn, agg bool) (int, error) {
 // figure measures f: calibration, then Reps repetitions of the figure
 // and of its limit in alternation. PE 0 records the result.
 func (b *B) figure(f figure) error {
-	n, err := b.calibrate(f.run, f.agg)
+	n, err := b.calibrate(f.run, f.agg, f.warm)
 	if err != nil {
 		return err
 	}
-	nl, err := b.calibrate(f.limit.run, f.limit.agg)
+	nl, err := b.calibrate(f.limit.run, f.limit.agg, 0)
 	if err != nil {
 		return err
 	}
 	m := report.Measurement{Suite: f.suite, Transport: b.cfg.Transport, PEs: b.npes, Size: f.size, Metric: f.metric,
 		Iters: n, LimitName: f.limit.name, LimitIters: nl}
 	for _, x := range f.extra {
-		nx, err := b.calibrate(x.run, x.agg)
+		nx, err := b.calibrate(x.run, x.agg, 0)
 		if err != nil {
 			return err
 		}
@@ -317,7 +327,7 @@ func (b *B) skip(what, reason string) {
 
 // reference measures a limit on its own, for the run's table of limits.
 func (b *B) reference(name string, size int, metric report.Metric, l limit) error {
-	n, err := b.calibrate(l.run, l.agg)
+	n, err := b.calibrate(l.run, l.agg, 0)
 	if err != nil {
 		return err
 	}

@@ -43,13 +43,36 @@ func init() {
 // the (8 B, 64 KiB, 1 MiB) and some between.
 var commSizes = []int{8, 512, 4 << 10, 64 << 10, 1 << 20}
 
+// commAreas is the bulk areas of one of a Comm's lanes: EagerCredits + 4
+// (acknowledgement batch) + 8 (early rendezvous frags), docs/ring.md.
+const commAreas = ring.EagerCredits + 4 + 8
+
 // commHeapBytes is what a Comm between npes PEs needs of each PE's heap
 // for lanes of full-size rendezvous frags (ring.NewComm gives frags above
 // the eager limit an eighth of the heap, so eight times what the lanes
-// take): lanes of EagerCredits + 4 (acknowledgement batch) + 8 (early
-// rendezvous frags) slots, docs/ring.md.
+// take): lanes of commAreas bulk areas.
 func commHeapBytes(npes int) int {
-	return 8 * (npes - 1) * (ring.EagerCredits + 4 + 8) * (ring.FragMax + 2*ring.InlineMax + 64)
+	return 8 * (npes - 1) * commAreas * (ring.FragMax + 2*ring.InlineMax + 64)
+}
+
+// A Comm's message takes its lane's bulk areas in turn, so the first
+// commAreas messages of a lane write memory the job has not used that
+// way before, and on this machine kind (a PVM guest) the first write
+// into a page by the kernel (a TCP receive), and the first access by a
+// process that has not touched it (the receiver's copy out, a
+// same-host sender's copy in), cost about 1.3 to 3 ms per MiB on top
+// (docs/performance.md, "First touch of heap memory"). osu_latency's
+// skip warms MPI's one user buffer; the comm figures' warm-up must take
+// every bulk area once: commAreas messages per lane (a ping-pong sends
+// one each way per iteration, a window commWindow), plus a few.
+func commWarm(size, window int) int {
+	if size <= ring.InlineMax {
+		return 0
+	}
+	if window == 0 {
+		return commAreas + 4
+	}
+	return (commAreas+window-1)/window + 1
 }
 
 const limRing, limPut = "ring", "put"
@@ -65,11 +88,11 @@ func (b *B) commFigure(size int, m report.Metric) error {
 		if rb, err = b.openRing(size, true, false); err != nil {
 			return err
 		}
-		f.suite, f.run = "comm-latency", b.commPingPong(c, size)
+		f.suite, f.run, f.warm = "comm-latency", b.commPingPong(c, size), commWarm(size, 0)
 		f.limit = limit{name: limRing, run: rb.ringPingPong}
 		f.extra = []limit{b.messageLimit(size, m, false)}
 	} else {
-		f.run = b.commWindow(c, size, b.cfg.Window)
+		f.run, f.warm = b.commWindow(c, size, b.cfg.Window), commWarm(size, b.cfg.Window)
 		f.limit = limit{name: limPut, run: b.putLoop(size, b.cfg.Window, false)}
 		f.extra = []limit{b.dataLimit(size, m, false)}
 	}
