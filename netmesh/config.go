@@ -94,8 +94,11 @@ type Config struct {
 	// OnLost, if not nil, is called once per lost peer, with an error
 	// wrapping errs.PeerLost, by the goroutine that noticed the loss (a
 	// reader, the watchdog, or one calling a Link method whose write
-	// failed). It is not called for a peer that said goodbye, nor after
-	// Close began. It must return promptly and must not wait for Close.
+	// failed), before the operations pending on the link fail: none of
+	// them returns the loss before OnLost has returned. It is not called
+	// for a peer that said goodbye, nor after Close began. It must return
+	// promptly, must not wait for Close, and must not wait for an
+	// operation on the lost link.
 	OnLost func(rank int, err error)
 
 	// OnGoodbye, if not nil, is called once when a peer says goodbye (its

@@ -54,10 +54,10 @@
 // Faults: a peer that closes, resets, stays silent for Heartbeat*Misses
 // while its host acknowledges nothing, or leaves sent data
 // unacknowledged that long is lost (a silent peer whose host keeps
-// acknowledging is busy or stopped, not lost: watchdog.go): every operation
-// pending on the link fails with an error wrapping errs.PeerLost that
-// names the rank, later operations fail at once, and Config.OnLost is
-// called once. A peer that breaks the protocol is sent an ERROR frame and
+// acknowledging is busy or stopped, not lost: watchdog.go): Config.OnLost
+// is called once, then every operation pending on the link fails with an
+// error wrapping errs.PeerLost that names the rank (so none of them
+// returns before OnLost did), and later operations fail at once. A peer that breaks the protocol is sent an ERROR frame and
 // dropped the same way, with errs.Protocol as well. A peer that says
 // goodbye is not lost: operations on its link fail with errs.Finalized.
 //

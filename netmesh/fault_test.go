@@ -244,6 +244,11 @@ func TestPeerLost(t *testing.T) {
 			if !errors.Is(err, errs.PeerLost) || !strings.Contains(err.Error(), "PE 0") {
 				t.Fatalf("pending get: %v", err)
 			}
+			// OnLost ran before the pending get was failed (fail), so
+			// the owner knew of the loss by the time the get returned.
+			if n := p.lostCount(0); n != 1 {
+				t.Fatalf("the pending get returned the loss with OnLost called %d times", n)
+			}
 			if d := time.Since(start); d > 5*hb+2*time.Second {
 				t.Fatalf("loss noticed after %v", d)
 			}

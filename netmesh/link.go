@@ -88,9 +88,15 @@ func (l *Link) lostErr(cause error) error {
 	return fmt.Errorf("netmesh: link from PE %d to PE %d lost: %v: %w", l.m.cfg.Rank, l.rank, cause, errs.PeerLost)
 }
 
-// fail takes the link down for err: every pending operation fails with
-// it, later ones fail at once, every stream closes, and OnLost is called
-// when report is set and Close has not begun.
+// fail takes the link down for err: OnLost is called when report is set
+// and Close has not begun, then every pending operation fails with err,
+// later ones fail at once, and every stream closes.
+//
+// OnLost runs before the pending operations fail, so an operation that
+// returns the loss returns after its owner (shmem) has marked the job
+// broken: a caller that got errs.PeerLost from a Get finds every later
+// wait of its PE ending too. Operations begun meanwhile fail at once:
+// setDown stored the link's error first.
 //
 // On a link that is already down (closing, or the peer said goodbye) it
 // still closes every stream and fails what is pending, with the link's
@@ -98,11 +104,19 @@ func (l *Link) lostErr(cause error) error {
 func (l *Link) fail(err error, report bool) {
 	first := l.setDown(linkLost, err)
 	err = l.Err()
+	m := l.m
+	if first {
+		m.mu.Lock()
+		closing := m.closing
+		m.mu.Unlock()
+		m.logf("%v", err)
+		if report && !closing && m.cfg.OnLost != nil {
+			m.cfg.OnLost(l.rank, err)
+		}
+	}
 	l.failCalls(err)
 	l.kickAll()
-	m := l.m
 	m.mu.Lock()
-	closing := m.closing
 	streams := l.allLocked()
 	m.notifyChanged()
 	m.mu.Unlock()
@@ -111,13 +125,6 @@ func (l *Link) fail(err error, report bool) {
 			st.q.fail(err)
 			st.closeConn()
 		}
-	}
-	if !first {
-		return
-	}
-	m.logf("%v", err)
-	if report && !closing && m.cfg.OnLost != nil {
-		m.cfg.OnLost(l.rank, err)
 	}
 }
 
