@@ -252,7 +252,7 @@ func (b *B) calibrate(fn measureFn, agg bool, warm int) (int, error) {
 			next := int64(0)
 			switch {
 			case done < warm:
-				next = int64(min(max(k*4, 1), warm-done))
+				next = int64(min(k*4, warm-done))
 			case spent < target/4 && k < maxAutoIters:
 				next = int64(min(k*4, maxAutoIters))
 			}

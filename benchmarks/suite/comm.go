@@ -64,7 +64,8 @@ func commHeapBytes(npes int) int {
 // (docs/performance.md, "First touch of heap memory"). osu_latency's
 // skip warms MPI's one user buffer; the comm figures' warm-up must take
 // every bulk area once: commAreas messages per lane (a ping-pong sends
-// one each way per iteration, a window commWindow), plus a few.
+// one each way per iteration, an osu_bw iteration window of them),
+// plus a few.
 func commWarm(size, window int) int {
 	if size <= ring.InlineMax {
 		return 0
