@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/goshmem/goshmem/shmem"
 )
@@ -290,6 +291,15 @@ type recvLane struct {
 func (l *recvLane) slot(k int) []byte {
 	off := l.lay.slotsOff + k*l.lay.slotSize
 	return l.mem[off : off+l.lay.slotSize : off+l.lay.slotSize]
+}
+
+// slotWords are the first and the last word of the slot message seq
+// lands in: its seq and its tail, the first and last cache lines a
+// message's reader loads (one line when the slot is one line long).
+// The waits load them while they spin (spinFor, engine.spinFor).
+func (l *recvLane) slotWords(seq uint64) [2]*uint64 {
+	s := l.slot(slotOf(seq, l.depth))
+	return [2]*uint64{(*uint64)(unsafe.Pointer(&s[0])), (*uint64)(unsafe.Pointer(&s[len(s)-tailSize]))}
 }
 
 func (l *recvLane) bulkArea(k int) []byte {

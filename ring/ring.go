@@ -359,6 +359,7 @@ func (r *Ring) Recv() (Message, error) {
 		if ok || err != nil {
 			return m, err
 		}
+		slot := r.in[0].slotWords(want) // want is in[0]'s next message
 		if gone {
 			return Message{}, fmt.Errorf("ring: Recv on PE %d: its lanes' only sender, PE %d, has begun Finalize: %w",
 				r.pe.MyPE(), r.sender, shmem.ErrPeerLost)
@@ -368,7 +369,7 @@ func (r *Ring) Recv() (Message, error) {
 		if r.useBell {
 			word, sym, want = r.bellWord, r.bell, bell+1
 		}
-		if r.spin && spinFor(word, want) {
+		if r.spin && spinFor(word, want, slot) {
 			continue
 		}
 		if err := r.usable(); err != nil {
@@ -390,11 +391,19 @@ func (r *Ring) Recv() (Message, error) {
 // spinFor loads *word up to recvSpin times until it is >= want, and
 // reports whether it got there. It only loads the word, so the sender's
 // store to it is the one cache-line transfer on the way.
-func spinFor(word *uint64, want uint64) bool {
+//
+// It also loads the first and last words of slot, the slot of the
+// message it waits for (a message reads those, or, in a slot of one
+// line, all of it): once the sender has written the slot, its lines
+// come over in the same round as the word's, instead of one after the
+// other when the message is read.
+func spinFor(word *uint64, want uint64, slot [2]*uint64) bool {
 	for i := 0; i < recvSpin; i++ {
 		if atomic.LoadUint64(word) >= want {
 			return true
 		}
+		atomic.LoadUint64(slot[0])
+		atomic.LoadUint64(slot[1])
 	}
 	return false
 }
