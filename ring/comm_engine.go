@@ -562,7 +562,7 @@ func (e *engine) spinFor(w *waiter, keep bool) (bool, error) {
 // watchLanes lanes), holding the gate. spinFor loads them with the words
 // it watches: the slot's lines then come over while the pub word's does,
 // instead of after it, when the message is read. 8-byte ping-pong over
-// shared memory, two processes, slow state: 682-715 ns against 801-831
+// shared memory, two processes, slow state: 680-797 ns against 816-943
 // without (docs/performance.md, "The next slot's lines in the spin").
 func (e *engine) nextSlots(dst [][2]*uint64) [][2]*uint64 {
 	for _, l := range e.r.in {

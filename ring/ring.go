@@ -389,10 +389,10 @@ func (r *Ring) Recv() (Message, error) {
 }
 
 // spinFor loads *word up to recvSpin times until it is >= want, and
-// reports whether it got there. It only loads the word, so the sender's
-// store to it is the one cache-line transfer on the way.
+// reports whether it got there. It only loads (no store of the
+// receiver's takes a line from the sender while it writes).
 //
-// It also loads the first and last words of slot, the slot of the
+// With the word it loads the first and last words of slot, the slot of the
 // message it waits for (a message reads those, or, in a slot of one
 // line, all of it): once the sender has written the slot, its lines
 // come over in the same round as the word's, instead of one after the
