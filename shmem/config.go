@@ -32,6 +32,10 @@ type Config struct {
 	Info bool
 
 	version bool // SHMEM_VERSION: PE 0 prints the version line at start
+	// writerFence (GOSHMEM_WRITER_FENCE) keeps the store-load fence after
+	// every put to a same-host PE even where sleepers fence for the
+	// writers (PE.chooseFence).
+	writerFence bool
 }
 
 // Option changes a Config.
@@ -95,7 +99,7 @@ func loadConfig(opts []Option) (Config, error) {
 	for _, b := range []struct {
 		name string
 		v    *bool
-	}{{"SHMEM_DEBUG", &c.Debug}, {"SHMEM_INFO", &c.Info}, {"SHMEM_VERSION", &c.version}} {
+	}{{"SHMEM_DEBUG", &c.Debug}, {"SHMEM_INFO", &c.Info}, {"SHMEM_VERSION", &c.version}, {"GOSHMEM_WRITER_FENCE", &c.writerFence}} {
 		on, err := envBool(b.name)
 		if err != nil {
 			return c, err

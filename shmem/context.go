@@ -174,6 +174,9 @@ func (c *Context) links(targets []int, quiet bool) error {
 		return err
 	}
 	defer pe.leave()
+	if quiet {
+		pe.storeLoadFence()
+	}
 	one := func(r int) error {
 		if c.chans == nil {
 			return nil // no remote peer: every operation completed when it returned

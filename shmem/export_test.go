@@ -60,3 +60,7 @@ var CPUUnion = cpuUnion
 
 // ProcsFor is procsFor, for TestProcsFor.
 var ProcsFor = procsFor
+
+// FenceMode reports pe's choice of chooseFence: whether its puts skip
+// the store-load fence, and whether its sleeps run the asymmetric one.
+func FenceMode(pe *PE) (asym, asymSleep bool) { return pe.asym, pe.asymSleep }

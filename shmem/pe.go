@@ -22,7 +22,12 @@ type PE struct {
 	host       string
 	cacheLine  int  // agreed by all PEs: the allocator's minimum alignment
 	oversub    bool // this host runs more PEs than it has CPUs: waits yield at once
-	hasRemote  bool // some PE is on another host
+	// asym: this PE's writes into mapped memory skip the store-load fence
+	// of the wake handshake, which its sleepers' asymmetric fence makes up
+	// for; asymSleep: its sleeps run that fence (chooseFence).
+	asym, asymSleep bool
+	noSpin          bool // testhook.NoSpin: waits sleep at once
+	hasRemote       bool // some PE is on another host
 
 	seg   *heap.Segment // this PE's own segment
 	mem   []byte        // seg.Bytes()
@@ -183,13 +188,47 @@ func (pe *PE) peer(target int) (*peer, error) {
 // consistent).
 func (pe *PE) fullFence() { pe.fenceWord.Add(1) }
 
+// chooseFence decides, once the PE knows its job's shape, which side of
+// the wake handshake (docs/memory-model.md, "Waking a sleeper") pays for
+// the store-load fence. In a job on one host, on a CPU whose plain stores
+// are release stores (heap.TSO), and where the kernel has the expedited
+// global membarrier, the sleepers do (heap.AsymFence, once per sleep,
+// after they announce themselves), and the writers, on every put, do
+// not: a put into a same-host peer's memory is then its plain stores
+// alone, and a put-with-signal's signal a release store, without the
+// fence that stalls the writer until its stores have reached the other
+// CPU. Otherwise, and for a process that could not register for the
+// barrier or that sets GOSHMEM_WRITER_FENCE, every writer fences, as
+// every writer with a TCP link does (netmesh's readers apply remote
+// writes in this process, and sleeps there are frequent and short).
+func (pe *PE) chooseFence() {
+	if pe.hasRemote || !heap.TSO {
+		return
+	}
+	registered, available := heap.RegisterAsymFence()
+	pe.asymSleep = available
+	pe.asym = registered && available && !pe.cfg.writerFence
+}
+
+// storeLoadFence is the fence a put skips in asym mode, for Quiet: after
+// it every put of this PE's goroutine is visible to every PE, and its
+// later loads come after that.
+func (pe *PE) storeLoadFence() {
+	if pe.asym {
+		pe.fullFence()
+	}
+}
+
 // notify wakes the PE behind p if any of its goroutines sleeps, after a
 // plain store of n bytes at off into its memory. The fence makes the
 // store visible before the sleep word is read; a sleeper sets its bit in
 // the sleep word before its last check of the condition, so one of the
-// two sees the other.
+// two sees the other. In asym mode the sleeper's asymmetric fence does
+// the fence's work (chooseFence).
 func (pe *PE) notify(p *peer, off, n uint64) {
-	pe.fullFence()
+	if !pe.asym {
+		pe.fullFence()
+	}
 	notifyAtomic(p, off, n)
 }
 

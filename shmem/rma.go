@@ -160,8 +160,10 @@ func GetNBI[T Elem](dst []T, src Sym[T], target int) error {
 // default context: those issued before it are delivered before those
 // issued after it.
 //
-// Over shared memory every put already ends with a full fence (see
-// notify) and every atomic is one. Over TCP a link is one ordered stream
+// Over shared memory the puts of a goroutine become visible in order
+// (each ends with a full fence, see notify, or, in a job on one host on
+// amd64, its stores keep the CPU's store order: PE.chooseFence), and
+// every atomic is a full fence. Over TCP a link is one ordered stream
 // whose frames are applied in order, so Fence costs nothing; only a link
 // that stripes large transfers over several connections (GOSHMEM_STREAMS)
 // must flush to keep the order.
@@ -195,7 +197,9 @@ func (pe *PE) Fence() error {
 
 // Quiet completes every put, non-blocking operation and signal this PE
 // issued on the default context: each is visible at its target. Over
-// shared memory they already are; over TCP, Quiet flushes every link with
+// shared memory they already are, or are in this CPU's store buffer,
+// which Quiet's fence then drains before the PE's later loads
+// (PE.chooseFence); over TCP, Quiet flushes every link with
 // operations outstanding and waits for the peers' replies.
 func (pe *PE) Quiet() error {
 	if pe == nil {
@@ -203,9 +207,12 @@ func (pe *PE) Quiet() error {
 	}
 	if !pe.hasRemote {
 		// Nothing to complete and no memory touched: no need to enter.
+		// The puts' stores only have to be seen before this PE's later
+		// loads (asym mode: they skipped that fence).
 		if !pe.running() {
 			return pe.finalizedErr()
 		}
+		pe.storeLoadFence()
 		return pe.alive()
 	}
 	if err := pe.enter(); err != nil {
@@ -263,6 +270,7 @@ func (pe *PE) PEQuiet(targets ...int) error {
 	if err := pe.alive(); err != nil {
 		return err
 	}
+	pe.storeLoadFence()
 	for _, t := range targets {
 		p, err := pe.peer(t)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/goshmem/goshmem/internal/testhook"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -270,6 +271,7 @@ func newPE(rank, npes int, cfg Config, host string, seg *heap.Segment, line int)
 		pe.sleeper.Close()
 		return nil, err
 	}
+	pe.noSpin = testhook.NoSpin()
 	pe.done = make(chan struct{})
 	pe.peers = make([]peer, npes)
 	pe.peers[rank] = peer{rank: rank, host: host, pid: os.Getpid(), mem: pe.mem, wake: w}
@@ -291,6 +293,7 @@ func (pe *PE) makeTeams() {
 	pe.world = newTeam(pe, 0, all)
 	pe.world.predefined = true
 	pe.oversub = len(local) > pe.machineCPUs()
+	pe.chooseFence()
 	pe.shared = newTeam(pe, 1, local)
 	pe.shared.predefined = true
 	pe.useSlot(pe.world)

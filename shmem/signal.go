@@ -1,6 +1,8 @@
 package shmem
 
 import (
+	"unsafe"
+
 	"fmt"
 
 	"github.com/goshmem/goshmem/heap"
@@ -55,7 +57,7 @@ func putSignal[T Elem](dst Sym[T], src []T, sig Sym[uint64], v uint64, op Signal
 	// The same-host fast path, as Put's: both handles valid and mapped.
 	if p, off := dst.local(0, len(src), target); p != nil {
 		if sp, soff := sig.local(0, 1, target); sp != nil {
-			putSignalLocal(p, off, asBytes(src), sp, soff, v, op)
+			putSignalLocal(dst.b.pe, p, off, asBytes(src), sp, soff, v, op)
 			sig.b.pe.leaveFast()
 			dst.b.pe.leaveFast()
 			return nil
@@ -86,18 +88,23 @@ func putSignalSpan[T Elem](dst Sym[T], src []T, sp *peer, soff, v uint64, op Sig
 		}
 		return lk.PutSignal(off, asBytes(src), soff, op == SignalAdd, v)
 	}
-	putSignalLocal(p, off, asBytes(src), sp, soff, v, op)
+	putSignalLocal(pe, p, off, asBytes(src), sp, soff, v, op)
 	return nil
 }
 
-// putSignalLocal is PutSignal into a mapped heap: the data, then the
-// signal. The signal is an atomic read-modify-write or store: it orders
-// the data before it and is a full fence for the sleeper check.
-func putSignalLocal(p *peer, off uint64, src []byte, sp *peer, soff, v uint64, op SignalOp) {
+// putSignalLocal is PutSignal of pe into a mapped heap: the data, then
+// the signal. The signal is an atomic read-modify-write or store: it
+// orders the data before it and is a full fence for the sleeper check.
+// In asym mode (PE.chooseFence) a SignalSet is a release store instead,
+// which orders the data before it without the fence's stall.
+func putSignalLocal(pe *PE, p *peer, off uint64, src []byte, sp *peer, soff, v uint64, op SignalOp) {
 	copyData(p.mem[off:], src)
-	if op == SignalSet {
+	switch {
+	case op == SignalSet && pe.asym:
+		heap.StoreRelease64((*uint64)(unsafe.Pointer(&sp.mem[soff])), v)
+	case op == SignalSet:
 		heap.AtomicAt(sp.mem, soff, 8, heap.OpSet, v, 0)
-	} else {
+	default:
 		heap.AtomicAt(sp.mem, soff, 8, heap.OpFetchAdd, v, 0)
 	}
 	notifyAtomic(p, off, uint64(len(src)))

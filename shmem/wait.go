@@ -65,6 +65,9 @@ func (pe *PE) awaitFrom(from int, off, n uint64, cond func() bool, what func() s
 		// (parkUntil), checking cond after every look.
 		return pe.parkUntil(time.Now(), from, off, n, cond, what)
 	}
+	if pe.noSpin {
+		return pe.sleep(time.Now(), off, n, firstSleep, longestNap, cond, what)
+	}
 	// The first spinBetween checks come before the first clock read: a
 	// same-host writer usually lands within them (a 2-PE barrier's whole
 	// wait), and such a wait then reads no clock at all.
@@ -174,6 +177,13 @@ func (pe *PE) sleep(start time.Time, off, n uint64, nap, longest time.Duration, 
 	// Say what we watch, so that only writers to it wake us.
 	tok := heap.BeginSleep(pe.mem, off, n)
 	defer heap.EndSleep(pe.mem, tok)
+	if pe.asymSleep {
+		// The writers' half of the fence (chooseFence): every write
+		// made before it is seen by the checks below, and every writer
+		// that stores after it sees the announcement. Should it fail,
+		// the naps still end the sleep.
+		_ = heap.AsymFence()
+	}
 	word := heap.Ptr32(pe.mem, heap.WakeOff)
 	grow := !napsOff()
 	if !grow {

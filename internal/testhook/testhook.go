@@ -46,3 +46,11 @@ var Sleep atomic.Pointer[func(rank int)]
 // then ErrTimeout) instead of showing only as latency. Read once per
 // mesh and per sleeping wait: one getenv.
 func NoNap() bool { return os.Getenv("GOSHMEM_TEST_NONAP") == "1" }
+
+// NoSpin reports whether GOSHMEM_TEST_NOSPIN=1 is set: shmem's waits on
+// a PE without TCP links skip their spin and yield phases and go to
+// sleep at the first look that finds their condition false, so that
+// nearly every wait of a ping-pong sleeps and its wake-up races the
+// writer's store (the fence handshake of docs/memory-model.md, "Sleeping
+// and waking a sleeper"). Read once per PE.
+func NoSpin() bool { return os.Getenv("GOSHMEM_TEST_NOSPIN") == "1" }
