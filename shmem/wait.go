@@ -162,13 +162,18 @@ func (pe *PE) parkUntil(start time.Time, from int, off, n uint64, cond func() bo
 // No wake is lost. The announcement is a fenced read-modify-write of
 // the sleep word before the condition's check; a writer stores, fences,
 // then reads the sleep word (heap.Watched): of the two, one sees the
-// other (Dekker). So if the check missed the store, the writer saw the
-// announcement, and its wake increments the wake word after the wait
-// read it (seq, before the check): heap.Sleeper.Sleep returns at once
-// if the word moved, and otherwise the wake's eventfd write comes after
-// the sleep began and ends the park. A state change is the same: begin
-// and markLost store, then wake unconditionally, and alive is checked
-// after seq is read.
+// other (Dekker). In the fence mode (PE.chooseFence) the writer does not
+// fence, and the sleeper's heap.AsymFence between its announcement and
+// its check does that for every writer: a store made before the
+// barrier reached the writer's CPU is seen by the check, and a read of
+// the sleep word after it sees the announcement (docs/memory-model.md,
+// "Sleeping and waking a sleeper"). So if the check missed the store,
+// the writer saw the announcement, and its wake increments the wake
+// word after the wait read it (seq, before the check):
+// heap.Sleeper.Sleep returns at once if the word moved, and otherwise
+// the wake's eventfd write comes after the sleep began and ends the
+// park. A state change is the same: begin and markLost store, then wake
+// unconditionally, and alive is checked after seq is read.
 //
 // GOSHMEM_TEST_NONAP=1 turns the naps into one deadline for the whole
 // timeout, and a sleep that only the deadline ended fails with
