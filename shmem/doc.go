@@ -20,7 +20,8 @@
 //	err = pe.BarrierAll()
 //
 // Same-host PEs map each other's heaps: a put is a copy, an atomic is a
-// hardware atomic on the shared word, and Fence/Quiet cost nothing more.
+// hardware atomic on the shared word, and Fence costs nothing more; Quiet
+// is at most one store-load fence (docs/memory-model.md, "Puts").
 //
 // Every OpenSHMEM 1.5 and 1.6 routine family has a Go spelling or a
 // stated reason to be absent (docs/openshmem.md lists them, with the
