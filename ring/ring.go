@@ -319,13 +319,21 @@ func (r *Ring) recvOne() (Message, bool, uint64, error) {
 	return Message{}, false, r.in[0].next, nil
 }
 
-// How many times Recv loads the word it waits for before it calls
-// shmem.WaitUntil, when the host has a CPU for every PE: a message in
-// flight usually lands within these few hundred nanoseconds, and is
-// then caught without WaitUntil's setup. WaitUntil itself spins, then
-// yields, then sleeps (its timing is shmem's; a longer spin here costs
-// dearly when another program holds the other CPUs).
+// recvSpin is how many loads a spinning wait makes between looks at
+// the clock (Recv's spinFor) or at its gate (a Comm's, engine.spinFor).
 const recvSpin = 512
+
+// recvSpinFor bounds Recv's own spin, when the host has a CPU for every
+// PE, before it calls shmem.WaitUntil (which spins about as long again
+// on the word alone, then yields, then sleeps). Spinning here, Recv also
+// loads the next slot's lines (spinFor), so a reply that lands within
+// it is read in the round its pub word comes over; shmem's spin does
+// not know the slot. 8-byte ping-pong over shared memory, slow state,
+// two processes: 510-523 ns against 665-675 with 512 loads and no more
+// (docs/performance.md, "Recv's spin bounded by time"). It spins as
+// long as shmem's own wait does, and no spin happens where the PEs
+// outnumber the CPUs.
+const recvSpinFor = 4 * time.Microsecond
 
 // Recv returns the next message from any of this PE's lanes, waiting for
 // one on a word the senders advance after each message (the lane's pub
@@ -388,9 +396,10 @@ func (r *Ring) Recv() (Message, error) {
 	}
 }
 
-// spinFor loads *word up to recvSpin times until it is >= want, and
-// reports whether it got there. It only loads (no store of the
-// receiver's takes a line from the sender while it writes).
+// spinFor loads *word until it is >= want, recvSpin times and then for
+// about recvSpinFor more, and reports whether it got there. It only
+// loads (no store of the receiver's takes a line from the sender while
+// it writes).
 //
 // With the word it loads the first and last words of slot, the slot of the
 // message it waits for (a message reads those, or, in a slot of one
@@ -398,14 +407,21 @@ func (r *Ring) Recv() (Message, error) {
 // come over in the same round as the word's, instead of one after the
 // other when the message is read.
 func spinFor(word *uint64, want uint64, slot [2]*uint64) bool {
-	for i := 0; i < recvSpin; i++ {
-		if atomic.LoadUint64(word) >= want {
-			return true
+	var start time.Time
+	for {
+		for i := 0; i < recvSpin; i++ {
+			if atomic.LoadUint64(word) >= want {
+				return true
+			}
+			atomic.LoadUint64(slot[0])
+			atomic.LoadUint64(slot[1])
 		}
-		atomic.LoadUint64(slot[0])
-		atomic.LoadUint64(slot[1])
+		if start.IsZero() {
+			start = time.Now()
+		} else if time.Since(start) > recvSpinFor {
+			return false
+		}
 	}
-	return false
 }
 
 // Ack acknowledges every message up to seq on the lane from PE from
