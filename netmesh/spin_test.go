@@ -296,7 +296,15 @@ func TestPollFromReadsOtherLinks(t *testing.T) {
 		}
 	}
 	sent := p0.applied.Load()
-	for try := 0; try < 20; try++ {
+	// Only a try whose poll held PE 2's stream counts: a poll that gave up
+	// at once (polling paused after a descheduled look, or no stream
+	// listed yet) says nothing, and under load that can happen many times
+	// in a row within a millisecond; those are retried until a deadline.
+	giveUp := time.Now().Add(30 * time.Second)
+	for try := 0; try < 20; {
+		if time.Now().After(giveUp) {
+			t.Fatalf("in 30 s, only %d of PE 0's PollFrom calls held PE 2's stream; none applied PE 2's flag", try)
+		}
 		// Every flag sent before was applied (by the reader goroutine, if
 		// the poll gave up), so only this try's flag ends this poll.
 		for deadline := time.Now().Add(10 * time.Second); p0.applied.Load() < sent; {
@@ -311,9 +319,11 @@ func TestPollFromReadsOtherLinks(t *testing.T) {
 			polled <- p0.m.PollFrom(100*time.Millisecond, 1, func() bool { return p0.applied.Load() > base })
 		}()
 		if !held() {
-			continue // it gave up at once (polling paused): again
+			runtime.Gosched()
+			continue // it gave up at once (polling paused): again, uncounted
 		}
-		if err := link(t, pes, 2, 0).Signal(64, uint64(try+1)); err != nil {
+		try++
+		if err := link(t, pes, 2, 0).Signal(64, uint64(try)); err != nil {
 			t.Fatal(err)
 		}
 		sent = base + 1
