@@ -6,7 +6,7 @@
 // CPU that runs a thread of a process that registered for it). The
 // fast path, the writer's, then drops the store-load fence a Dekker
 // handshake otherwise needs on both sides; the slow path, the sleeper's,
-// pays for it. docs/memory-model.md, "Waking a sleeper".
+// pays for it. docs/memory-model.md, "Sleeping and waking a sleeper".
 
 package heap
 

@@ -74,12 +74,12 @@ var quietStoreBuffering = register("quiet-store-buffering", func(pe *shmem.PE) e
 	me, other := pe.MyPE(), 1-pe.MyPE()
 	// x on PE 1 (PE 0 writes, PE 1 reads); y on PE 0 (PE 1 writes, PE 0
 	// reads): each PE's store goes to the other's heap, its load reads
-	// its own. Word i is round i's, so nothing is reset.
+	// its own. Round i's word is word 8i, so nothing is reset.
 	words, err := shmem.Malloc[uint64](pe, 8*(rounds+1)) // round i's word at 8i: a line of its own
 	if err != nil {
 		return err
 	}
-	start, err := shmem.Malloc[uint64](pe, 16) // word 0 on PE 0: PE 1's round; word 8 on PE 1: PE 0's
+	start, err := shmem.Malloc[uint64](pe, 16) // word 8 on PE 0: PE 1's round; word 0 on PE 1: PE 0's
 	if err != nil {
 		return err
 	}

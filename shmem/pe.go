@@ -189,7 +189,8 @@ func (pe *PE) peer(target int) (*peer, error) {
 func (pe *PE) fullFence() { pe.fenceWord.Add(1) }
 
 // chooseFence decides, once the PE knows its job's shape, which side of
-// the wake handshake (docs/memory-model.md, "Waking a sleeper") pays for
+// the wake handshake (docs/memory-model.md, "Sleeping and waking a
+// sleeper") pays for
 // the store-load fence. In a job on one host, on a CPU whose plain stores
 // are release stores (heap.TSO), and where the kernel has the expedited
 // global membarrier, the sleepers do (heap.AsymFence, once per sleep,

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/goshmem/goshmem/internal/testhook"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -14,6 +13,7 @@ import (
 	"github.com/klauspost/cpuid/v2"
 
 	"github.com/goshmem/goshmem/heap"
+	"github.com/goshmem/goshmem/internal/testhook"
 )
 
 // MaxRunPEs bounds Run's job size.

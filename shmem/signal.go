@@ -1,9 +1,8 @@
 package shmem
 
 import (
-	"unsafe"
-
 	"fmt"
+	"unsafe"
 
 	"github.com/goshmem/goshmem/heap"
 )
