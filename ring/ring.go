@@ -329,7 +329,7 @@ const recvSpin = 512
 // loads the next slot's lines (spinFor), so a reply that lands within
 // it is read in the round its pub word comes over; shmem's spin does
 // not know the slot. 8-byte ping-pong over shared memory, slow state,
-// two processes: 510-523 ns against 665-675 with 512 loads and no more
+// two processes: 455-563 ns against 666-683 with 512 loads and no more
 // (docs/performance.md, "Recv's spin bounded by time"). It spins as
 // long as shmem's own wait does, and no spin happens where the PEs
 // outnumber the CPUs.
