@@ -37,12 +37,11 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	defer func() { err = c.end(err) }()
 	k := kindOf[T]()
 	n := src.Len()
-	coll := uint64(collAllReduce)
-	c.what = info{name: "AllReduce", op: op, k: k, n: n, root: -1}
+	coll, name := uint64(collAllReduce), "AllReduce"
 	if root != -1 {
-		coll = collReduce
-		c.what = info{name: "Reduce", op: op, k: k, n: n, root: root}
+		coll, name = collReduce, "Reduce"
 	}
+	c.what = info{name: name, op: op, k: k, n: n, root: root}
 	c.fail(opCheck(op, k))
 	c.fail(symCheck(&c, src, "src"))
 	c.fail(symCheck(&c, dst, "dst"))
@@ -59,6 +58,18 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	if c.useRD(n*sizeOf[T](), sizeOf[T]()) {
 		return reduceRD(&c, k, dst, src, op, root)
 	}
+	return reduceLarge(&c, k, dst, src, op, root)
+}
+
+// reduceLarge is reduce of a vector that does not go through the
+// scratch: an entry exchange, then the algorithm the team and the
+// arguments choose. It is apart from reduce so that reduce, which every
+// small call runs, keeps only the call's one deferred end: a second,
+// conditional defer (saved's release) would put both on the runtime's
+// slower path for every call (about a tenth of a 1-PE AllReduce of 8
+// bytes).
+func reduceLarge[T shmem.Elem](c *call, k kind, dst, src shmem.Sym[T], op Op, root int) (err error) {
+	n := src.Len()
 	far := c.algo == algoAuto && c.far
 	// Reduce across hosts by the chain (reduceChain, up to chainMax
 	// members) or the ring (reduceRootRing) lands in non-roots' dst, and
@@ -82,10 +93,10 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	if rooted && !overlaps(dst, src) {
 		switch {
 		case chain && pos > 0 && pos < c.n-1:
-			saved = saveDst(&c, dst, n, 0, 0)
+			saved = saveDst(c, dst, n, 0, 0)
 		case !chain && c.me != root:
 			lo, hi := partition(n, c.n, ringUnwritten(c.n, c.me))
-			saved = saveDst(&c, dst, n, lo, hi)
+			saved = saveDst(c, dst, n, lo, hi)
 		}
 		defer saved.release()
 	}
@@ -104,23 +115,23 @@ func reduce[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], op Op, root int)
 	apart := h.minAux == 1
 	switch {
 	case root >= 0 && apart && chain:
-		return reduceChain(&c, k, dst, src, op, root, g0, saved)
+		return reduceChain(c, k, dst, src, op, root, g0, saved)
 	case root >= 0 && apart && rooted:
-		return reduceRootRing(&c, k, dst, src, op, root, g0, saved)
+		return reduceRootRing(c, k, dst, src, op, root, g0, saved)
 	case root >= 0:
 	case c.n == 2 && far && apart:
-		return reducePair(&c, k, dst, src, op)
+		return reducePair(c, k, dst, src, op)
 	case c.n > 2 && apart && halvingFits(n, c.n) && (c.algo == algoHalving || far):
-		return reduceHalving(&c, k, dst, src, op)
+		return reduceHalving(c, k, dst, src, op)
 	case c.n > 2 && apart && (c.algo == algoPushRing || far):
-		return reducePushRing(&c, k, dst, src, op)
+		return reducePushRing(c, k, dst, src, op)
 	case c.n > 2 && (far || c.algo == algoRing):
 		// Over TCP the ring, where each member talks to its neighbours
 		// only, beats the direct algorithm (4 processes on pretend hosts,
 		// 1 MiB: 2.4 against 3.1 ms); over shared memory it loses.
-		return reduceRing(&c, k, dst, src, op)
+		return reduceRing(c, k, dst, src, op)
 	}
-	return reduceDirect(&c, k, dst, src, op, root)
+	return reduceDirect(c, k, dst, src, op, root)
 }
 
 // reduceRD reduces through the team's scratch, one exchange per piece:

@@ -80,6 +80,10 @@ func (t *Team) BeginCollective() error {
 // goodbye while this PE runs becomes the job's ErrPeerLost, as in a
 // barrier (goneErr): no collective with that member can complete.
 func (t *Team) EndCollective(err error) error {
+	if err == nil { // the common case: nothing to classify
+		t.mu.Unlock()
+		return nil
+	}
 	err = t.orderErr(t.pe.goneErr(err))
 	t.mu.Unlock()
 	return err
