@@ -20,7 +20,7 @@ func Broadcast[T shmem.Elem](t *shmem.Team, dst, src shmem.Sym[T], root int) (er
 	defer func() { err = c.end(err) }()
 	k := kindOf[T]()
 	n := src.Len()
-	c.what = info{name: "Broadcast", k: k, n: n, root: root}
+	c.what.name, c.what.k, c.what.n, c.what.root = "Broadcast", k, n, root // as in reduce
 	c.fail(symCheck(&c, src, "src"))
 	c.fail(symCheck(&c, dst, "dst"))
 	if root < 0 || root >= c.n {
