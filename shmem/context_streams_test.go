@@ -15,6 +15,20 @@ import (
 // them (a hook on A's own stream, not a sleep); meanwhile context B's
 // put, fetch-add, Quiet and get to the same PE complete, over pretend
 // hosts (TCP). A's Quiet completes once the frames are released.
+//
+// PE 1 makes no call that waits on its links until PE 0 is done. A
+// wait of PE 1 over TCP polls its sockets (netmesh's Mesh.PollFrom),
+// taking the read token of every stream that is free at the time; had
+// the hook held A's frames inside such a poll, that blocked poll would
+// also hold B's stream's token, whose socket is then quiet (netmesh
+// token.go), and B's frames would wait for the release: a stall of the
+// hook's making, since no frame's apply blocks in the runtime. The test
+// failed once in CI's run without the wake-up rescues (B's calls not
+// done in 20 s, PE 1's watchdog seeing nothing from PE 0 on its
+// streams), with PE 1 waiting in its barrier meanwhile. That cause is
+// the likely one but was not reproduced: 20 runs with PE 1 polling in
+// a WaitUntil through the hold (GOSHMEM_BUSYPOLL=1 and auto) passed.
+// Here each stream's own reader applies PE 0's frames.
 func TestContextQuietNotBehindAnother(t *testing.T) {
 	const bound = 20 * time.Second
 	var (
@@ -44,6 +58,7 @@ func TestContextQuietNotBehindAnother(t *testing.T) {
 	var relOnce sync.Once
 	rel := func() { relOnce.Do(func() { close(release) }) }
 	defer rel()
+	pe0done := make(chan struct{}) // PE 1 waits for it without polling
 
 	err := shmem.Run(2, func(pe *shmem.PE) error {
 		s, err := shmem.Malloc[int64](pe, 8)
@@ -53,117 +68,128 @@ func TestContextQuietNotBehindAnother(t *testing.T) {
 		if err := pe.BarrierAll(); err != nil {
 			return err
 		}
+		if pe.MyPE() == 1 {
+			<-pe0done
+		}
 		if pe.MyPE() == 0 {
-			defer rel() // a failed check must not leave PE 1's stream held
-			a, err := pe.NewContext()
-			if err != nil {
-				return err
-			}
-			b, err := pe.NewContext()
-			if err != nil {
-				return err
-			}
-			// Open A's stream with a completed get, then hold it at PE 1.
-			if _, err := shmem.G(s.Via(a), 0, 1); err != nil {
-				return err
-			}
-			if err := shmem.P(s.Via(b), 7, 0, 1); err != nil { // B's stream
-				return err
-			}
-			if err := b.Quiet(); err != nil {
-				return err
-			}
-			sa, sb := shmem.ContextSlot(a, 1), shmem.ContextSlot(b, 1)
-			if sa < 0 || sb < 0 || sa == sb {
-				return fmt.Errorf("contexts A and B have streams in slots %d and %d", sa, sb)
-			}
-			slotA <- sa
-			if err := shmem.PutNBI(s.Via(a), []int64{101, 102}, 1); err != nil {
-				return err
-			}
-			doneA := make(chan error, 1)
-			go func() { doneA <- a.Quiet() }()
-			select {
-			case <-entered:
-			case <-time.After(bound):
-				return errors.New("PE 1 never held context A's frames")
-			}
-			doneB := make(chan error, 1)
-			go func() {
-				if err := shmem.Put(s.Via(b).Slice(2, 4), []int64{201, 202}, 1); err != nil {
-					doneB <- err
-					return
+			// PE 0's part, in a function so that its defers run before
+			// the barrier below, which PE 1 enters after pe0done.
+			if err := func() error {
+				defer close(pe0done)
+				defer rel() // a failed check must not leave PE 1's stream held
+				a, err := pe.NewContext()
+				if err != nil {
+					return err
 				}
-				if _, err := shmem.AtomicFetchAdd(s.Via(b), 4, 5, 1); err != nil {
-					doneB <- err
-					return
+				b, err := pe.NewContext()
+				if err != nil {
+					return err
+				}
+				// Open A's stream with a completed get, then hold it at PE 1.
+				if _, err := shmem.G(s.Via(a), 0, 1); err != nil {
+					return err
+				}
+				if err := shmem.P(s.Via(b), 7, 0, 1); err != nil { // B's stream
+					return err
 				}
 				if err := b.Quiet(); err != nil {
-					doneB <- err
-					return
-				}
-				got := make([]int64, 3)
-				if err := shmem.Get(got, s.Via(b).Slice(2, 5), 1); err != nil {
-					doneB <- err
-					return
-				}
-				if got[0] != 201 || got[1] != 202 || got[2] != 5 {
-					doneB <- fmt.Errorf("B reads %v at PE 1, want [201 202 5]", got)
-					return
-				}
-				// The default context is independent of A too: the PE's
-				// own Quiet and PEQuiet do not wait for A's held frames.
-				if err := shmem.Put(s.Slice(5, 6), []int64{301}, 1); err != nil {
-					doneB <- err
-					return
-				}
-				if err := pe.Quiet(); err != nil {
-					doneB <- err
-					return
-				}
-				if err := shmem.PutNBI(s.Slice(6, 7), []int64{302}, 1); err != nil {
-					doneB <- err
-					return
-				}
-				if err := pe.PEQuiet(1); err != nil {
-					doneB <- err
-					return
-				}
-				if v, err := shmem.G(s, 6, 1); err != nil || v != 302 {
-					doneB <- fmt.Errorf("the default context reads %d (%v) at PE 1 after its PEQuiet, want 302", v, err)
-					return
-				}
-				doneB <- nil
-			}()
-			select {
-			case err := <-doneB:
-				if err != nil {
 					return err
 				}
-			case <-time.After(bound):
-				return fmt.Errorf("context B's put, atomic and Quiet, and the PE's own Quiet, did not complete within %v while A was held", bound)
-			}
-			select {
-			case err := <-doneA:
-				return fmt.Errorf("context A's Quiet returned (%v) while PE 1 held its frames", err)
-			default:
-			}
-			if !shmem.ContextOutstanding(a, 1) {
-				return errors.New("A's stream is not outstanding while held")
-			}
-			rel()
-			select {
-			case err := <-doneA:
-				if err != nil {
+				sa, sb := shmem.ContextSlot(a, 1), shmem.ContextSlot(b, 1)
+				if sa < 0 || sb < 0 || sa == sb {
+					return fmt.Errorf("contexts A and B have streams in slots %d and %d", sa, sb)
+				}
+				slotA <- sa
+				if err := shmem.PutNBI(s.Via(a), []int64{101, 102}, 1); err != nil {
 					return err
 				}
-			case <-time.After(bound):
-				return errors.New("context A's Quiet did not complete after release")
-			}
-			if err := a.Close(); err != nil {
-				return err
-			}
-			if err := b.Close(); err != nil {
+				doneA := make(chan error, 1)
+				go func() { doneA <- a.Quiet() }()
+				select {
+				case <-entered:
+				case <-time.After(bound):
+					return errors.New("PE 1 never held context A's frames")
+				}
+				doneB := make(chan error, 1)
+				go func() {
+					if err := shmem.Put(s.Via(b).Slice(2, 4), []int64{201, 202}, 1); err != nil {
+						doneB <- err
+						return
+					}
+					if _, err := shmem.AtomicFetchAdd(s.Via(b), 4, 5, 1); err != nil {
+						doneB <- err
+						return
+					}
+					if err := b.Quiet(); err != nil {
+						doneB <- err
+						return
+					}
+					got := make([]int64, 3)
+					if err := shmem.Get(got, s.Via(b).Slice(2, 5), 1); err != nil {
+						doneB <- err
+						return
+					}
+					if got[0] != 201 || got[1] != 202 || got[2] != 5 {
+						doneB <- fmt.Errorf("B reads %v at PE 1, want [201 202 5]", got)
+						return
+					}
+					// The default context is independent of A too: the PE's
+					// own Quiet and PEQuiet do not wait for A's held frames.
+					if err := shmem.Put(s.Slice(5, 6), []int64{301}, 1); err != nil {
+						doneB <- err
+						return
+					}
+					if err := pe.Quiet(); err != nil {
+						doneB <- err
+						return
+					}
+					if err := shmem.PutNBI(s.Slice(6, 7), []int64{302}, 1); err != nil {
+						doneB <- err
+						return
+					}
+					if err := pe.PEQuiet(1); err != nil {
+						doneB <- err
+						return
+					}
+					if v, err := shmem.G(s, 6, 1); err != nil || v != 302 {
+						doneB <- fmt.Errorf("the default context reads %d (%v) at PE 1 after its PEQuiet, want 302", v, err)
+						return
+					}
+					doneB <- nil
+				}()
+				select {
+				case err := <-doneB:
+					if err != nil {
+						return err
+					}
+				case <-time.After(bound):
+					return fmt.Errorf("context B's put, atomic and Quiet, and the PE's own Quiet, did not complete within %v while A was held", bound)
+				}
+				select {
+				case err := <-doneA:
+					return fmt.Errorf("context A's Quiet returned (%v) while PE 1 held its frames", err)
+				default:
+				}
+				if !shmem.ContextOutstanding(a, 1) {
+					return errors.New("A's stream is not outstanding while held")
+				}
+				rel()
+				select {
+				case err := <-doneA:
+					if err != nil {
+						return err
+					}
+				case <-time.After(bound):
+					return errors.New("context A's Quiet did not complete after release")
+				}
+				if err := a.Close(); err != nil {
+					return err
+				}
+				if err := b.Close(); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
 				return err
 			}
 		}
