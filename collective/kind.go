@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/goshmem/goshmem/internal/elemkind"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -27,44 +28,10 @@ const (
 	kComplex128
 )
 
+// kindOf is T's kind (internal/elemkind: no call into reflect for the
+// predeclared types).
 func kindOf[T shmem.Elem]() kind {
-	// A type switch on T's zero value: the compiler resolves it per
-	// instantiation, where reflect.TypeFor(...).Kind() was a call per
-	// collective call (about a twentieth of a 1-PE AllReduce of 8 bytes).
-	// Named types (type Meters float64) match no case and take reflect.
-	var z T
-	switch any(z).(type) {
-	case int8:
-		return kInt8
-	case int16:
-		return kInt16
-	case int32:
-		return kInt32
-	case int64, int:
-		return kInt64
-	case uint8:
-		return kUint8
-	case uint16:
-		return kUint16
-	case uint32:
-		return kUint32
-	case uint64, uint, uintptr:
-		return kUint64
-	case float32:
-		return kFloat32
-	case float64:
-		return kFloat64
-	case complex64:
-		return kComplex64
-	case complex128:
-		return kComplex128
-	}
-	return kindByReflect[T]()
-}
-
-// kindByReflect is kindOf of a named type, by its underlying kind.
-func kindByReflect[T shmem.Elem]() kind {
-	switch reflect.TypeFor[T]().Kind() {
+	switch elemkind.Of[T]() {
 	case reflect.Int8:
 		return kInt8
 	case reflect.Int16:

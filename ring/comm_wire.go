@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/goshmem/goshmem/internal/elemkind"
 	"github.com/goshmem/goshmem/shmem"
 )
 
@@ -142,46 +143,8 @@ func rdvSplit(w uint64) (id, epoch uint32, st uint8) {
 }
 
 // kindOf is T's element kind as the header carries it: its
-// reflect.Kind. A type switch on T's zero value names the predeclared
-// types without a call into reflect on every Send and Recv (1 % of a
-// Comm's 8-byte ping-pong in a CPU profile); a named type (type Meters
-// float64) takes reflect for its underlying kind.
-func kindOf[T shmem.Elem]() uint8 {
-	var z T
-	switch any(z).(type) {
-	case int8:
-		return uint8(reflect.Int8)
-	case int16:
-		return uint8(reflect.Int16)
-	case int32:
-		return uint8(reflect.Int32)
-	case int64:
-		return uint8(reflect.Int64)
-	case int:
-		return uint8(reflect.Int)
-	case uint8:
-		return uint8(reflect.Uint8)
-	case uint16:
-		return uint8(reflect.Uint16)
-	case uint32:
-		return uint8(reflect.Uint32)
-	case uint64:
-		return uint8(reflect.Uint64)
-	case uint:
-		return uint8(reflect.Uint)
-	case uintptr:
-		return uint8(reflect.Uintptr)
-	case float32:
-		return uint8(reflect.Float32)
-	case float64:
-		return uint8(reflect.Float64)
-	case complex64:
-		return uint8(reflect.Complex64)
-	case complex128:
-		return uint8(reflect.Complex128)
-	}
-	return uint8(reflect.TypeFor[T]().Kind())
-}
+// reflect.Kind (internal/elemkind).
+func kindOf[T shmem.Elem]() uint8 { return uint8(elemkind.Of[T]()) }
 
 // kindName names a header kind for error messages.
 func kindName(k uint8) string { return reflect.Kind(k).String() }

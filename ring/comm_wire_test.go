@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"reflect"
 	"testing"
 
 	"github.com/goshmem/goshmem/shmem"
@@ -272,34 +271,4 @@ func TestRdvCut(t *testing.T) {
 			}
 		}
 	}
-}
-
-// kindOf's type switch names every element type as reflect does, named
-// types by their underlying kind.
-func TestKindOfIsReflectKind(t *testing.T) {
-	type meters float64
-	type count uint16
-	check := func(name string, got uint8, want reflect.Kind) {
-		t.Helper()
-		if reflect.Kind(got) != want {
-			t.Errorf("kindOf[%s] = %v, want %v", name, reflect.Kind(got), want)
-		}
-	}
-	check("int8", kindOf[int8](), reflect.Int8)
-	check("int16", kindOf[int16](), reflect.Int16)
-	check("int32", kindOf[int32](), reflect.Int32)
-	check("int64", kindOf[int64](), reflect.Int64)
-	check("int", kindOf[int](), reflect.Int)
-	check("uint8", kindOf[uint8](), reflect.Uint8)
-	check("uint16", kindOf[uint16](), reflect.Uint16)
-	check("uint32", kindOf[uint32](), reflect.Uint32)
-	check("uint64", kindOf[uint64](), reflect.Uint64)
-	check("uint", kindOf[uint](), reflect.Uint)
-	check("uintptr", kindOf[uintptr](), reflect.Uintptr)
-	check("float32", kindOf[float32](), reflect.Float32)
-	check("float64", kindOf[float64](), reflect.Float64)
-	check("complex64", kindOf[complex64](), reflect.Complex64)
-	check("complex128", kindOf[complex128](), reflect.Complex128)
-	check("meters", kindOf[meters](), reflect.Float64)
-	check("count", kindOf[count](), reflect.Uint16)
 }
