@@ -237,7 +237,7 @@ const (
 // digest mixes each field on its own, by its position (an add and a
 // multiplication by an odd constant of that position, which the CPU
 // overlaps, where a chained FNV waited for each multiplication before
-// the next: about a tenth of a 1-PE AllReduce of 8 bytes), sums the
+// the next: 8 % of a 1-PE AllReduce of 8 bytes in a profile, 5 % now), sums the
 // products, and mixes the sum. Two argument sets that differ in one
 // field always differ in the sum (the multiplier is odd), and the final
 // mix is a bijection, so they differ in the digest but for its top bit.
