@@ -25,7 +25,11 @@ import (
 //     messages, PE 1 Recvs them, then Sends PE 0 a 4-byte reply, which
 //     PE 0 Recvs before the next window. Bytes moved per second. Its
 //     limit ("put") is put-bw's figure (a window of blocking Puts, then
-//     Quiet): large-message bandwidth should stay near Put's.
+//     Quiet): large-message bandwidth should stay near Put's. Over
+//     shared memory a further limit is copy-stream, the same stream of
+//     messages with plain copies through the mapping, whose bytes cross
+//     between the cores as the Comm's do (a Put that no one reads
+//     does not).
 //
 // The Comm is created once per figure (collectively, outside the timed
 // loops) and closed after it. Send and Recv run with
@@ -35,7 +39,7 @@ func init() {
 		Doc: "osu_latency over ring.Comm: ping-pong of size-byte tagged messages, Send + Recv; one-way ns, held to a raw ring lane ping-pong of the same size (ring) and to copy-floor / tcp-floor",
 		Run: func(b *B, size int) error { return b.commFigure(size, report.Latency) }})
 	Register(&Suite{Name: "comm-bw", Group: "comm", Sized: true, DefaultSizes: commSizes, Pair: true, Default: true,
-		Doc: "osu_bw over ring.Comm: windows of size-byte Sends from PE 0 to PE 1, a 4-byte reply after each; bytes per second, held to put-bw's window of Puts (put) and to copy / tcp-stream",
+		Doc: "osu_bw over ring.Comm: windows of size-byte Sends from PE 0 to PE 1, a 4-byte reply after each; bytes per second, held to put-bw's window of Puts (put) and to copy and copy-stream / tcp-stream",
 		Run: func(b *B, size int) error { return b.commFigure(size, report.Bandwidth) }})
 }
 
@@ -95,7 +99,7 @@ func (b *B) commFigure(size int, m report.Metric) error {
 	} else {
 		f.run, f.warm = b.commWindow(c, size, b.cfg.Window), commWarm(size, b.cfg.Window)
 		f.limit = limit{name: limPut, run: b.putLoop(size, b.cfg.Window, false)}
-		f.extra = []limit{b.dataLimit(size, m, false)}
+		f.extra = append([]limit{b.dataLimit(size, m, false)}, b.streamExtra(size, m, false)...)
 	}
 	if err := b.figure(f); err != nil {
 		return err // partners may be mid-figure: Close would wait for them

@@ -28,6 +28,7 @@ const (
 	limTCPStream  = "tcp-stream"        // one-directional TCP stream of 1 MiB writes, PE 0 to PE 1
 	limTCPFrames  = "tcp-stream-frames" // tcp-stream in frames of a rate figure's operation per second
 	limCopyFloor  = "copy-floor"        // one-way hand-over of a payload through the shared mappings (half a round trip)
+	limCopyStream = "copy-stream"       // a stream of payloads PE 0 to PE 1 through PE 1's mapped segment, each copied in and out
 	tcpStreamSize = 1 << 20
 )
 
@@ -184,6 +185,88 @@ func (b *B) copyFloor(size int) limit {
 		return timed(start, n, 2*n*size), nil
 	}}, 1)
 }
+
+// copyStream is the most a stream of size-byte messages from PE 0 to
+// PE 1 can move on this machine with plain Go: the bandwidth analogue of
+// copyFloor, and the shared-memory one of tcp-stream. PE 0 copy()s each
+// message into a slot of PE 1's segment (mapped here through shmem.Ptr)
+// and stores its sequence number into PE 1's flag word with sync/atomic;
+// PE 1, spinning on that word, copy()s the slot out into a Go buffer and
+// stores the number back into PE 0's word, which frees the slot. A
+// message goes in pieces of up to streamPiece bytes; slots are a piece
+// rounded up to 64-byte lines, as many as the payload area (at least 1
+// MiB) holds, up to the run's window. So both copies cross between the
+// PEs' cores, as a ring lane's and a Comm's do, and PE 0 runs ahead of
+// PE 1 by up to the window: no round trip per message. The time ends
+// when PE 1 has taken the last message. Same-host only, like copyFloor.
+//
+// It is the limit that follows the machine's cross-core bandwidth, which
+// moves between states minutes or seconds apart (docs/performance.md,
+// "Cross-core bandwidth"), where copy() and a Put that no one reads stay
+// in one core's cache.
+func (b *B) copyStream(size int) limit {
+	return limit{name: limCopyStream, run: func(n int) (sample, error) {
+		if b.rank > 1 {
+			return sample{}, nil
+		}
+		peerWords, err := b.mapped(b.words, 1-b.rank, limCopyStream)
+		if err != nil {
+			return sample{}, err
+		}
+		area := b.cfg.MaxSize()
+		peerBuf := shmem.Ptr(b.buf, 1)
+		if len(peerBuf) < area {
+			return sample{}, fmt.Errorf("goshbench: limit %s needs PE 1's heap mapped here, and it is not; "+
+				"same-host limits apply to shm jobs only", limCopyStream)
+		}
+		piece := max(min(size, streamPiece), 1)
+		pieces := (max(size, 1) + piece - 1) / piece
+		stride := (piece + 63) &^ 63
+		slots := min(b.cfg.Window, area/stride) // area >= 1 MiB: at least 8
+		slot := b.buf.Local()
+		if b.rank == 0 {
+			slot = peerBuf
+		}
+		mine, theirs := &b.words.Local()[wRaw], &peerWords[wRaw]
+		total := uint64(n * pieces)
+		base := b.rawSeq
+		b.rawSeq += total
+		start := time.Now()
+		for i := range total {
+			off := int(i%uint64(pieces)) * piece
+			m := min(piece, size-off)
+			at := slot[int(i%uint64(slots))*stride:][:m]
+			if b.rank == 0 {
+				if i >= uint64(slots) {
+					if err := spinUntil(mine, base+i-uint64(slots)+1, b.cfg.Timeout); err != nil {
+						return sample{}, err
+					}
+				}
+				copy(at, b.src[off:off+m])
+				atomic.StoreUint64(theirs, base+i+1)
+			} else {
+				if err := spinUntil(mine, base+i+1, b.cfg.Timeout); err != nil {
+					return sample{}, err
+				}
+				copy(b.dst[off:off+m], at)
+				atomic.StoreUint64(theirs, base+i+1)
+			}
+		}
+		if b.rank == 0 {
+			if err := spinUntil(mine, base+total, b.cfg.Timeout); err != nil {
+				return sample{}, err
+			}
+		}
+		return timed(start, n, n*size), nil
+	}}
+}
+
+// streamPiece is copyStream's largest piece: the largest frag a
+// ring.Comm sends to a PE on its host. Through a 1 MiB area, 64 and 128
+// KiB pieces streamed at 55-56 GB/s in the machine's fast state, 512 KiB
+// pieces at 44-45 and 1 MiB pieces (whose copies take memmove's
+// non-temporal stores) at 17-18; in the slow state all at 8.0-8.2.
+const streamPiece = 128 << 10
 
 // rawAtomic is op applied with sync/atomic to the same word of PE 1's
 // heap that the atomic figures target, through shmem.Ptr: the hardware
@@ -361,6 +444,17 @@ func (b *B) messageLimit(size int, m report.Metric, all bool) limit {
 	return b.copyLimit(size, all)
 }
 
+// streamExtra is the further limit of a bandwidth or rate figure whose
+// messages go from PE 0 to PE 1 to be copied out there (comm-bw,
+// ring-rate): copyStream over shared memory; none over TCP (tcp-stream
+// already crosses processes) or for a latency or all-PE figure.
+func (b *B) streamExtra(size int, m report.Metric, all bool) []limit {
+	if b.remote() || all || m == report.Latency {
+		return nil
+	}
+	return []limit{b.copyStream(size)}
+}
+
 // atomicLimit is the limit of a remote atomic. Over shared memory, the
 // same sync/atomic operation on the same mapped word (latency and rate).
 // Over TCP: latency, the raw 8-byte round trip (a request and its
@@ -383,7 +477,7 @@ func (b *B) atomicLimit(op string, m report.Metric) limit {
 func init() {
 	Register(&Suite{Name: "limits", Group: "limits", Default: true,
 		Doc: "the machine's limits with plain Go: copy() at 1 and 16 MiB, copy into the shared mapping, " +
-			"cache-line round trip between PE processes (these two: shm jobs only), " +
+			"cache-line round trip and 1 MiB copy stream between PE processes (these three: shm jobs only), " +
 			"TCP loopback 8-byte round trip and 1 MiB-write stream",
 		Run: func(b *B, _ int) error {
 			refs := []struct {
@@ -397,6 +491,7 @@ func init() {
 				{limCopy, 1 << 20, report.Bandwidth, false, false, func() limit { return b.copyLimit(1<<20, false) }},
 				{limCopy, 16 << 20, report.Bandwidth, false, false, func() limit { return b.copyBig(16 << 20) }},
 				{limCopyMap, 1 << 20, report.Bandwidth, true, false, func() limit { return b.copyToMapping(1 << 20) }},
+				{limCopyStream, 1 << 20, report.Bandwidth, true, false, func() limit { return b.copyStream(1 << 20) }},
 				{limCacheline, 8, report.Latency, true, false, func() limit { return b.cachelineRTT(limCacheline, 2) }},
 				{limTCPRTT, 8, report.Latency, false, false, b.tcpRTTParked},
 				{limTCPRTTPoll, 8, report.Latency, false, true, func() limit { return b.tcpRTT(8, 8) }},

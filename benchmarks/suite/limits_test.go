@@ -55,6 +55,27 @@ func TestLimitPerTransport(t *testing.T) {
 	}
 }
 
+// A pair's rate and bandwidth figures over shared memory are held to
+// copy-stream too; latency figures, all-PE figures and tcp figures are
+// not (tcp-stream already crosses processes).
+func TestStreamExtra(t *testing.T) {
+	for _, c := range []struct {
+		transport string
+		m         report.Metric
+		all       bool
+		want      int
+	}{
+		{TransportSHM, report.Bandwidth, false, 1}, {TransportSHM, report.Rate, false, 1},
+		{TransportSHM, report.Latency, false, 0}, {TransportSHM, report.Rate, true, 0},
+		{TransportTCP, report.Bandwidth, false, 0}, {TransportTCP, report.Rate, false, 0},
+	} {
+		got := offline(c.transport, 2).streamExtra(4096, c.m, c.all)
+		if len(got) != c.want || (c.want == 1 && got[0].name != limCopyStream) {
+			t.Errorf("%s %s all=%v: %d extra limits %v, want %d copy-stream", c.transport, c.m, c.all, len(got), got, c.want)
+		}
+	}
+}
+
 // The barrier figure's limit: over TCP with 3 or more PEs the plain-Go
 // gather-and-release barrier of all PEs (tcp-barrier), run on its own
 // connections; with 2 PEs, and over shared memory, the floor of
@@ -96,7 +117,7 @@ func syncRoundsOf(n int) int {
 func TestSameHostLimitWithoutMapping(t *testing.T) {
 	b := offline(TransportTCP, 2)
 	b.words = shmem.Sym[uint64]{} // an invalid handle: shmem.Ptr is nil
-	for _, l := range []limit{b.cachelineRTT(limCacheline, 2), b.rawAtomic("fetch-add"), b.copyFloor(64)} {
+	for _, l := range []limit{b.cachelineRTT(limCacheline, 2), b.rawAtomic("fetch-add"), b.copyFloor(64), b.copyStream(64)} {
 		_, err := l.run(1)
 		if err == nil || !strings.Contains(err.Error(), "same-host limits apply to shm jobs only") {
 			t.Errorf("%s without the peer's heap: %v", l.name, err)

@@ -15,7 +15,8 @@ import (
 // limit ("putsignal"), so the record's ratio is the bar (the
 // ring must be at least 1x a blocking put+signal at every size), and the
 // machine's own limit for a message of that size is the figure's extra
-// limit (messageLimit).
+// limit (messageLimit; for ring-rate over shared memory copy-stream
+// too, whose bytes cross between the cores as the lane's do).
 //
 // All lanes are Safe, with Capacity the payload size and a depth of
 // ringDepth(size); payloads above ring.InlineMax take the lane's bulk
@@ -54,7 +55,7 @@ func init() {
 		}})
 	Register(&Suite{Name: "ring-rate", Group: "ring", Sized: true, DefaultSizes: ringSizes, Pair: true, Default: true,
 		Doc: "ring lane 0→1 (Safe): PE 0 sends size-byte messages, PE 1 polls, copies and acks each batch; " +
-			"messages per second, held to a blocking put+signal of the same size (putsignal) and to copy / tcp-stream-frames",
+			"messages per second, held to a blocking put+signal of the same size (putsignal) and to copy and copy-stream / tcp-stream-frames",
 		Run: func(b *B, size int) error {
 			return b.ringFigure("ring-rate", size, report.Rate, false)
 		}})
@@ -119,7 +120,7 @@ func (b *B) ringFigure(name string, size int, m report.Metric, all bool) error {
 		return err
 	}
 	f := figure{suite: name, size: size, metric: m, agg: m == report.Rate,
-		extra: []limit{b.messageLimit(size, m, all)}}
+		extra: append([]limit{b.messageLimit(size, m, all)}, b.streamExtra(size, m, all)...)}
 	switch {
 	case m == report.Latency:
 		f.run = rb.ringPingPong

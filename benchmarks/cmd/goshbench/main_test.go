@@ -216,10 +216,12 @@ func TestQuickRun(t *testing.T) {
 	}
 	// Extra limits: records of the same schema in run.extra_limits, each
 	// the figure of a record (same key, value, min and max) held to a
-	// further limit. Every ring figure has exactly one: the machine's
-	// limit for a message of its size over its transport; so have the
-	// allreduce figures over tcp (tcp-ring: the AllReduce's bytes round a
-	// ring of plain TCP connections).
+	// further limit. Every ring figure has one: the machine's limit for
+	// a message of its size over its transport; so have the allreduce
+	// figures over tcp (tcp-ring: the AllReduce's bytes round a ring of
+	// plain TCP connections). Over shared memory the pair's rate and
+	// bandwidth figures (ring-rate, comm-bw) have a second, copy-stream:
+	// plain copies through the mapping, crossing the cores as theirs do.
 	rawExtra, _ := file.Run["extra_limits"].([]any)
 	if len(rawExtra) != len(typed.Run.ExtraLimits) {
 		t.Fatalf("run.extra_limits: %d generic, %d typed", len(rawExtra), len(typed.Run.ExtraLimits))
@@ -239,7 +241,7 @@ func TestQuickRun(t *testing.T) {
 		byKey[r.Key()] = r
 	}
 	extraLimits := map[string][]string{
-		"shm latency": {"copy-floor"}, "shm rate": {"copy"}, "shm bandwidth": {"copy"},
+		"shm latency": {"copy-floor"}, "shm rate": {"copy", "copy-stream"}, "shm bandwidth": {"copy", "copy-stream"},
 		"tcp latency": {"tcp-floor", "tcp-ring"}, "tcp rate": {"tcp-stream-frames"}, "tcp bandwidth": {"tcp-stream"},
 	}
 	extras := map[string]int{}
@@ -256,9 +258,15 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	for _, r := range typed.Records {
-		want := strings.HasPrefix(r.Suite, "ring-") || strings.HasPrefix(r.Suite, "comm-") ||
-			(strings.HasPrefix(r.Suite, "allreduce") && r.Transport == "tcp")
-		if n := extras[r.Key()]; n != map[bool]int{true: 1}[want] {
+		want := 0
+		if strings.HasPrefix(r.Suite, "ring-") || strings.HasPrefix(r.Suite, "comm-") ||
+			(strings.HasPrefix(r.Suite, "allreduce") && r.Transport == "tcp") {
+			want = 1
+		}
+		if (r.Suite == "ring-rate" || r.Suite == "comm-bw") && r.Transport == "shm" {
+			want = 2
+		}
+		if n := extras[r.Key()]; n != want {
 			t.Errorf("record %s has %d extra limits", r.Key(), n)
 		}
 	}
@@ -268,7 +276,7 @@ func TestQuickRun(t *testing.T) {
 
 	// The same-host limits are not measured in tcp jobs, and the run says so.
 	for _, npes := range []int{2, 4} {
-		for _, name := range []string{"copy-to-mapping", "cacheline-rtt"} {
+		for _, name := range []string{"copy-to-mapping", "cacheline-rtt", "copy-stream"} {
 			what := fmt.Sprintf("limit %s in the tcp job of %d PEs", name, npes)
 			if !slices.ContainsFunc(typed.Run.Skipped, func(s report.Skip) bool {
 				return s.What == what && strings.Contains(s.Reason, "same-host only")
@@ -326,13 +334,13 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("limit %+v", l)
 		}
 	}
-	for _, name := range []string{"shm copy", "shm copy-to-mapping", "shm cacheline-rtt", "shm tcp-rtt", "shm tcp-rtt-poll",
+	for _, name := range []string{"shm copy", "shm copy-to-mapping", "shm cacheline-rtt", "shm copy-stream", "shm tcp-rtt", "shm tcp-rtt-poll",
 		"shm tcp-stream", "tcp copy", "tcp tcp-rtt", "tcp tcp-rtt-poll", "tcp tcp-stream"} {
 		if !limits[name] {
 			t.Errorf("no reference limit %s", name)
 		}
 	}
-	for _, name := range []string{"tcp copy-to-mapping", "tcp cacheline-rtt"} {
+	for _, name := range []string{"tcp copy-to-mapping", "tcp cacheline-rtt", "tcp copy-stream"} {
 		if limits[name] {
 			t.Errorf("reference limit %s measured in a tcp job", name)
 		}
