@@ -154,10 +154,9 @@ func (b *B) copyFloor(size int) limit {
 		if err != nil {
 			return sample{}, err
 		}
-		peerBuf := shmem.Ptr(b.buf, 1-b.rank)
-		if len(peerBuf) < size {
-			return sample{}, fmt.Errorf("goshbench: limit %s needs PE %d's heap mapped here, and it is not; "+
-				"same-host limits apply to shm jobs only", limCopyFloor, 1-b.rank)
+		peerBuf, err := b.mappedBuf(1-b.rank, size, limCopyFloor)
+		if err != nil {
+			return sample{}, err
 		}
 		mine, theirs := &b.words.Local()[wRaw], &peerWords[wRaw]
 		in, out := b.buf.Local()[:size], peerBuf[:size]
@@ -214,10 +213,9 @@ func (b *B) copyStream(size int) limit {
 			return sample{}, err
 		}
 		area := b.cfg.MaxSize()
-		peerBuf := shmem.Ptr(b.buf, 1)
-		if len(peerBuf) < area {
-			return sample{}, fmt.Errorf("goshbench: limit %s needs PE 1's heap mapped here, and it is not; "+
-				"same-host limits apply to shm jobs only", limCopyStream)
+		peerBuf, err := b.mappedBuf(1, area, limCopyStream)
+		if err != nil {
+			return sample{}, err
 		}
 		piece := max(min(size, streamPiece), 1)
 		pieces := (max(size, 1) + piece - 1) / piece
@@ -318,6 +316,17 @@ func (b *B) mapped(s shmem.Sym[uint64], target int, what string) ([]uint64, erro
 	if p == nil {
 		return nil, fmt.Errorf("goshbench: limit %s needs PE %d's heap mapped here, and it is not "+
 			"(a %s job: PE %d is on another host); same-host limits apply to shm jobs only", what, target, b.cfg.Transport, target)
+	}
+	return p, nil
+}
+
+// mappedBuf is target's payload buffer (at least n bytes) mapped here,
+// or an error naming the same-host limit that needed it.
+func (b *B) mappedBuf(target, n int, what string) ([]byte, error) {
+	p := shmem.Ptr(b.buf, target)
+	if len(p) < n {
+		return nil, fmt.Errorf("goshbench: limit %s needs PE %d's heap mapped here, and it is not; "+
+			"same-host limits apply to shm jobs only", what, target)
 	}
 	return p, nil
 }
